@@ -1,0 +1,62 @@
+# slurm-hetero: `make demo` and `make test` do all set-up on a fresh Debian machine (as root).
+SHELL := /bin/bash
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+# Debian packages the project needs (Slurm 22.05 on Debian 12, 24.11 on Debian 13).
+DEB_PKGS := slurm-wlm slurmd slurmctld slurmdbd slurm-client munge mariadb-server \
+	libslurm-dev slurm-wlm-basic-plugins-dev runc busybox-static gcc make lua5.1
+
+.PHONY: all deps venv spank demo test lint unit integration fuzz clean golden bench
+
+all: venv spank
+
+# Checks each package (fast) and installs only what is missing.
+deps:
+	@if [ "$$(id -u)" != 0 ]; then echo "make deps: run as root (installs Debian packages)"; exit 2; fi
+	@missing=$$(for p in $(DEB_PKGS); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+		echo "installing Debian packages: $$missing"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	fi
+
+venv: $(VENV)/.stamp
+$(VENV)/.stamp: pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[dev]'
+	@touch $@
+
+spank: deps
+	$(MAKE) -s -C spank
+
+demo: deps venv spank
+	$(BIN)/slurm-hetero demo
+
+lint: venv
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+
+unit: venv
+	$(BIN)/pytest -q tests/unit tests/lua
+
+integration: deps venv spank
+	$(BIN)/pytest -q tests/integration
+
+test: deps venv spank lint
+	$(MAKE) -s -C spank test
+	$(BIN)/pytest -q
+
+# Regenerate golden files after an intended change to the templates or the demo site.
+golden: venv
+	$(BIN)/python -m tests.unit.test_render --regenerate
+
+bench: deps venv spank
+	$(BIN)/python benchmarks/render_10k.py
+	$(BIN)/python benchmarks/cluster_up.py
+
+fuzz: deps
+	$(MAKE) -C spank fuzz && spank/fuzz/run.sh 600
+
+clean:
+	rm -rf $(VENV) spank/build .pytest_cache .mypy_cache .ruff_cache

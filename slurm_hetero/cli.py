@@ -1,0 +1,172 @@
+"""The `slurm-hetero` command: thin click adapters over the library."""
+
+from __future__ import annotations
+
+import functools
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+from rich.console import Console
+
+from slurm_hetero.errors import HeteroError
+
+F = TypeVar("F", bound=Callable[..., Any])
+# Wide tables even when piped (make demo, CI logs); a terminal keeps its own width.
+console = Console(highlight=False, width=None if sys.stdout.isatty() else 150)
+DEMO_SITE = Path(__file__).resolve().parent.parent / "site" / "demo" / "site.yaml"
+
+
+class _Exit(click.ClickException):
+    def __init__(self, message: str, code: int):
+        super().__init__(message)
+        self.exit_code = code
+
+
+def reports_errors(fn: F) -> F:
+    """The one place library errors become exit codes: 2 bad input, 1 runtime failure."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except HeteroError as e:
+            raise _Exit(str(e), e.exit_code) from e
+
+    return wrapper  # type: ignore[return-value]
+
+
+def site_argument(fn: F) -> F:
+    return click.argument("site", type=click.Path(dir_okay=True, path_type=Path),
+                          default=str(DEMO_SITE))(fn)
+
+
+def workdir_option(fn: F) -> F:
+    return click.option("--workdir", type=click.Path(path_type=Path), default=None,
+                        help="Cluster state folder [default: ~/.local/state/slurm-hetero/SITE]")(fn)
+
+
+@click.group()
+@click.version_option(package_name="slurm-hetero")
+def main() -> None:
+    """Schedule heterogeneous Slurm clusters (ARM/x86, GPUs, NPUs) well."""
+
+
+@main.group()
+def site() -> None:
+    """Validate and summarize site files."""
+
+
+@site.command("validate")
+@site_argument
+@reports_errors
+def site_validate(site: Path) -> None:
+    """Validate SITE (site.yaml or its folder) and print a summary."""
+    from slurm_hetero.site import load_site
+    from slurm_hetero.site.summary import print_summary
+
+    print_summary(load_site(site), console)
+
+
+@main.group()
+def conf() -> None:
+    """Render Slurm configuration files from a site."""
+
+
+@conf.command("render")
+@site_argument
+@click.option("-o", "--output", "out", type=click.Path(path_type=Path), required=True,
+              help="Folder to write slurm.conf, gres.conf, ... into.")
+@reports_errors
+def conf_render(site: Path, out: Path) -> None:
+    """Write slurm.conf, gres.conf, cgroup.conf, plugstack.conf, job_submit.lua, qos.sacctmgr."""
+    from slurm_hetero.conf import render_site, write_files
+    from slurm_hetero.site import load_site
+
+    files = render_site(load_site(site))
+    write_files(files, out)
+    console.print(f"wrote {', '.join(files)} to {out}")
+
+
+@main.group()
+def cluster() -> None:
+    """A real local Slurm cluster for a site (all state in one workdir)."""
+
+
+def _cluster(workdir: Path | None, site_name: str = "demo") -> Any:
+    from slurm_hetero.devcluster import Cluster, default_workdir
+
+    return Cluster(workdir or default_workdir(site_name))
+
+
+@cluster.command("up")
+@click.option("--site", "site_path", type=click.Path(path_type=Path), default=str(DEMO_SITE),
+              help="Site file [default: the demo site]")
+@workdir_option
+@click.option("--timeout", type=float, default=120.0, help="Seconds to wait for all-idle.")
+@reports_errors
+def cluster_up(site_path: Path, workdir: Path | None, timeout: float) -> None:
+    """Boot the cluster; returns when every node is idle."""
+    from slurm_hetero.site import load_site
+
+    s = load_site(site_path)
+    c = _cluster(workdir, s.name)
+    took = c.up(s, timeout=timeout, log=console.print)
+    console.print(f"cluster {s.name} up: {len(s.all_nodes)} nodes idle in {took:.1f} s")
+    console.print(f"use it:  export SLURM_CONF={c.conf}")
+    console.print(f"stop it: slurm-hetero cluster down --workdir {c.workdir}")
+
+
+@cluster.command("status")
+@workdir_option
+@reports_errors
+def cluster_status(workdir: Path | None) -> None:
+    """Show the cluster's daemons and nodes."""
+    from slurm_hetero.devcluster.status import print_status
+
+    sys.exit(print_status(_cluster(workdir), console))
+
+
+@cluster.command("logs")
+@workdir_option
+@click.option("-n", "--lines", type=int, default=20, show_default=True)
+@click.option("--errors", is_flag=True, help="Only error and fatal lines.")
+@reports_errors
+def cluster_logs(workdir: Path | None, lines: int, errors: bool) -> None:
+    """Print the tail of every daemon's log."""
+    c = _cluster(workdir)
+    if errors:
+        console.print(c.explain(lines), markup=False)
+        return
+    for f in c.log_files():
+        console.print(f"[bold]--- {f}[/bold]")
+        console.print("\n".join(f.read_text(errors="replace").splitlines()[-lines:]), markup=False)
+
+
+@cluster.command("down")
+@workdir_option
+@reports_errors
+def cluster_down(workdir: Path | None) -> None:
+    """Stop every process the cluster started."""
+    _cluster(workdir).down(log=console.print)
+
+
+@main.command("demo")
+@click.option("--site", "site_path", type=click.Path(path_type=Path), default=str(DEMO_SITE),
+              help="Site file [default: the demo site]")
+@workdir_option
+@reports_errors
+def demo(site_path: Path, workdir: Path | None) -> None:
+    """Boot the site's cluster, run jobs needing different hardware, show where they ran."""
+    from slurm_hetero.demo import run_demo
+    from slurm_hetero.devcluster import default_workdir
+    from slurm_hetero.site import load_site
+
+    name = load_site(site_path).name
+    sys.exit(run_demo(site_path, workdir or default_workdir(name), console))
+
+
+if __name__ == "__main__":
+    main()

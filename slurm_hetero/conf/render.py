@@ -1,0 +1,167 @@
+"""Render slurm.conf, gres.conf, cgroup.conf, plugstack.conf, job_submit.lua and qos.sacctmgr.
+
+A `Profile` holds everything that differs between a production deployment and the local
+dev cluster (paths, ports, plugins); the site holds everything else. Rendering is pure:
+`render_site` returns {filename: text}; `write_files` puts them on disk atomically.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import jinja2
+from ClusterShell.NodeSet import NodeSet
+
+from slurm_hetero.errors import InputError
+from slurm_hetero.site.model import NodeGroup, Site
+
+TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
+OUTPUTS = ("slurm.conf", "gres.conf", "cgroup.conf", "plugstack.conf", "job_submit.lua",
+           "qos.sacctmgr")
+
+
+@dataclass(frozen=True)
+class Profile:
+    """Deployment-specific settings. Defaults are a conventional production layout."""
+
+    conf_dir: str = "/etc/slurm"
+    ctld_host: str = "slurmctld"
+    ctld_addr: str | None = None
+    ctld_port: int = 6817
+    slurmd_port: int = 6818
+    dbd_host: str = "slurmdbd"
+    dbd_port: int = 6819
+    state_dir: str = "/var/spool/slurmctld"
+    spool_dir: str = "/var/spool/slurmd"
+    log_dir: str = "/var/log/slurm"
+    run_dir: str = "/run/slurm"
+    dev_dir: str = "/dev"
+    slurm_user: str = "slurm"
+    auth_info: str | None = None  # e.g. "socket=/path/munge.socket"
+    proctrack: str = "proctrack/cgroup"
+    task_plugins: str = "task/cgroup,task/affinity"
+    config_overrides: bool = False
+    mail_prog: str | None = None  # None: Slurm's default (/bin/mail)
+    spank_plugin: str | None = "/usr/local/lib/slurm-hetero/hetero.so"
+    # Per-node NodeAddr/Port (the dev cluster runs every slurmd on loopback).
+    node_ports: dict[str, int] = field(default_factory=dict)
+    node_addr: str = "127.0.0.1"
+
+
+def _device_files(g: NodeGroup, node: str | None, profile: Profile) -> list[dict[str, str | int]]:
+    """gres.conf lines of one group (or one node of it, for per-node dev files)."""
+    lines: list[dict[str, str | int]] = []
+    base = f"{profile.dev_dir}/{node}" if node else profile.dev_dir
+    offsets: dict[str, int] = {}
+    for a in g.accelerators:
+        m = a.model
+        first = offsets.get(m.gres_name, 0)
+        offsets[m.gres_name] = first + a.count
+        span = f"{first}" if a.count == 1 else f"[{first}-{first + a.count - 1}]"
+        prefix = {"cuda": "nvidia", "cann": "davinci", "rocm": "dri/renderD"}[m.stack]
+        if m.stack == "rocm":
+            first += 128
+            span = f"{first}" if a.count == 1 else f"[{first}-{first + a.count - 1}]"
+        lines.append({"name": m.gres_name, "type": m.gres_type, "file": f"{base}/{prefix}{span}"})
+        if a.shards_per_device:
+            lines.append({"name": "shard", "count": a.count * a.shards_per_device})
+    return lines
+
+
+def device_paths(g: NodeGroup, node: str, profile: Profile) -> list[str]:
+    """The device files gres.conf names for one node (the dev cluster creates them)."""
+    return [p for line in _device_files(g, node, profile) if "file" in line
+            for p in NodeSet(str(line["file"]))]
+
+
+def _context(site: Site, profile: Profile) -> dict[str, object]:
+    partitions = []
+    for p in site.partitions:
+        groups = site.groups_in(p.name)
+        weights = [f"CPU={site.billing.cpu}", f"Mem={site.billing.mem_per_gb}G"]
+        models = {a.model.id: a.model for g in groups for a in g.accelerators}
+        weights += [f"GRES/{m.gres_name}:{m.gres_type}={round(m.units * site.billing.unit, 2)}"
+                    for m in models.values()]
+        nodes = NodeSet.fromlist([g.names for g in groups])
+        partitions.append({"p": p, "nodes": str(nodes), "billing": ",".join(weights)})
+    tres = ["gres/gpu", "gres/npu", "gres/shard"]
+    tres += [f"gres/{m.gres_name}:{m.gres_type}" for m in site.models_in_use]
+    gres_lines = []
+    for g in site.node_groups:
+        if not g.accelerators:
+            continue
+        if profile.node_ports:  # dev cluster: every node has its own device folder
+            for node in g.nodes:
+                gres_lines += [{"nodes": node, **ln} for ln in _device_files(g, node, profile)]
+        else:
+            gres_lines += [{"nodes": g.names, **ln} for ln in _device_files(g, None, profile)]
+    gres_partitions: dict[str, list[str]] = {}
+    for p in site.partitions:
+        for g in site.groups_in(p.name):
+            for a in g.accelerators:
+                names = [a.model.gres_name] + (["shard"] if a.shards_per_device else [])
+                for name in names:
+                    if p.name not in gres_partitions.setdefault(name, []):
+                        gres_partitions[name].append(p.name)
+    return {
+        "site": site,
+        "gres_partitions": gres_partitions,
+        "profile": profile,
+        "partitions": partitions,
+        "accounting_tres": ",".join(tres),
+        "gres_types": sorted({m.gres_name for m in site.models_in_use}
+                             | ({"shard"} if any(a.shards_per_device for g in site.node_groups
+                                                 for a in g.accelerators) else set())),
+        "gres_lines": gres_lines,
+        "energy_policies": ["performance", "balanced", "efficiency", "auto"],
+    }
+
+
+def _env() -> jinja2.Environment:
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(TEMPLATES)),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+
+
+def render_site(site: Site, profile: Profile | None = None) -> dict[str, str]:
+    """Render every configuration file of the site: {filename: text}."""
+    profile = profile or Profile()
+    env, ctx = _env(), _context(site, profile)
+    return {name: env.get_template(name + ".j2").render(ctx) for name in OUTPUTS}
+
+
+def render_template(name: str, **ctx: object) -> str:
+    """Render one extra template (e.g. slurmdbd.conf for the dev cluster)."""
+    return _env().get_template(name + ".j2").render(ctx)
+
+
+def write_files(files: dict[str, str], out_dir: str | Path, modes: dict[str, int] | None = None) -> None:
+    """Write files into out_dir all-or-nothing: into a temp dir first, then renamed in place."""
+    out = Path(out_dir)
+    modes = modes or {}
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise InputError(f"{out}: cannot create output folder: {e.strerror}") from e
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        for name, text in files.items():
+            (tmp / name).write_text(text)
+            os.chmod(tmp / name, modes.get(name, 0o644))
+        if not out.exists():
+            os.rename(tmp, out)
+            return
+        if not out.is_dir():
+            raise InputError(f"{out}: exists and is not a folder")
+        for name in files:
+            os.replace(tmp / name, out / name)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)

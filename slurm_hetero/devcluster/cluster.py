@@ -1,0 +1,308 @@
+"""The local cluster: every daemon's state, logs and pid files live in one workdir.
+
+Layout of a workdir:
+    etc/     slurm.conf and friends (SLURM_CONF=etc/slurm.conf selects this cluster)
+    munge/   key, socket, pid, log of this cluster's own munged
+    db/      this cluster's own MariaDB (datadir, socket, pid)
+    dev/     emulated accelerator device files, one folder per node
+    log/ run/ state/ spool/
+    cluster.json   ports and site path of the running cluster
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import shutil
+import socket
+import stat
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from slurm_hetero.conf.render import Profile, device_paths, render_site, render_template, write_files
+from slurm_hetero.devcluster import procs
+from slurm_hetero.errors import InputError, RuntimeFailure
+from slurm_hetero.site.model import Site
+from slurm_hetero.slurm.parse import SINFO_FORMAT, NodeInfo, parse_sinfo_nodes
+from slurm_hetero.slurm.runner import Runner
+
+# Slurm's config parser cannot quote paths: keep the workdir to these characters.
+_SAFE_PATH = re.compile(r"^[A-Za-z0-9._/+-]+$")
+ACCOUNT = "hetero"
+
+
+def default_workdir(site_name: str = "demo") -> Path:
+    base = os.environ.get("SLURM_HETERO_HOME") or os.path.expanduser("~/.local/state/slurm-hetero")
+    return Path(base) / site_name
+
+
+def find_spank_plugin() -> str | None:
+    """The built SPANK plugin: $SLURM_HETERO_SPANK, else spank/build/ of this checkout."""
+    env = os.environ.get("SLURM_HETERO_SPANK")
+    if env:
+        return env
+    built = Path(__file__).resolve().parents[2] / "spank" / "build" / "hetero.so"
+    return str(built) if built.exists() else None
+
+
+def _emulated_device(path: Path) -> None:
+    """A character device standing in for an accelerator (a harmless copy of /dev/null).
+
+    slurmd accepts plain files too (with a warning), so without CAP_MKNOD we fall back."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.is_char_device():
+        return
+    path.unlink(missing_ok=True)
+    try:
+        os.mknod(path, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+    except PermissionError:
+        path.touch()
+
+
+@dataclass(frozen=True)
+class Daemon:
+    name: str
+    pidfile: Path
+    expect: str  # substring of its command line, to never signal a reused pid
+    log: Path
+
+
+class Cluster:
+    def __init__(self, workdir: str | Path):
+        self.workdir = Path(workdir).absolute()
+        w = self.workdir
+        if not _SAFE_PATH.match(str(w)):
+            raise InputError(f"--workdir {str(w)!r}: Slurm cannot use this path; "
+                             "allowed characters are letters, digits and . _ / + -")
+        self.etc, self.log, self.run, self.state = w / "etc", w / "log", w / "run", w / "state"
+        self.spool, self.dev, self.munge, self.db = w / "spool", w / "dev", w / "munge", w / "db"
+        self.conf = self.etc / "slurm.conf"
+        self.meta = w / "cluster.json"
+        self.runner = Runner(slurm_conf=str(self.conf), timeout=30)
+
+    # ---- what runs -------------------------------------------------------------------
+    def info(self) -> dict[str, object]:
+        try:
+            data: dict[str, object] = json.loads(self.meta.read_text())
+            return data
+        except (OSError, ValueError):
+            return {}
+
+    def daemons(self) -> list[Daemon]:
+        """Daemons in start order (stopped in reverse)."""
+        nodes = self.info().get("nodes", [])
+        assert isinstance(nodes, list)
+        out = [
+            Daemon("munged", self.munge / "munged.pid", "munged", self.munge / "munged.log"),
+            Daemon("mariadb", self.db / "mariadb.pid", "mariadbd", self.db / "mariadb.log"),
+            Daemon("slurmdbd", self.run / "slurmdbd.pid", "slurmdbd", self.log / "slurmdbd.log"),
+            Daemon("slurmctld", self.run / "slurmctld.pid", "slurmctld", self.log / "slurmctld.log"),
+        ]
+        out += [Daemon(f"slurmd {n}", self.run / f"slurmd-{n}.pid", "slurmd",
+                       self.log / f"slurmd-{n}.log") for n in nodes]
+        return out
+
+    def pid(self, d: Daemon) -> int | None:
+        pid = procs.read_pid(d.pidfile)
+        return pid if procs.alive(pid, d.expect) else None
+
+    def is_up(self) -> bool:
+        ds = self.daemons()
+        return bool(self.info()) and all(self.pid(d) for d in ds)
+
+    def nodes(self) -> dict[str, NodeInfo]:
+        return parse_sinfo_nodes(self.runner.out(["sinfo", "-N", "-h", "-o", SINFO_FORMAT]))
+
+    # ---- up ---------------------------------------------------------------------------
+    def up(self, site: Site, timeout: float = 90.0, log: object = print) -> float:
+        """Boot the cluster (or check an already running one); returns seconds to all-idle."""
+        say = log if callable(log) else print
+        t0 = time.monotonic()
+        if self.is_up() and self.info().get("site") == site.name:
+            say(f"cluster {site.name} already up in {self.workdir}")
+            self._wait_idle(timeout)
+            return time.monotonic() - t0
+        if any(self.pid(d) for d in self.daemons()):
+            say("a previous cluster in this workdir is partly running: stopping it first")
+            self.down(log=say)
+        for d in (self.etc, self.log, self.run, self.state, self.spool, self.dev, self.db):
+            d.mkdir(parents=True, exist_ok=True)
+        nodes = site.all_nodes
+        ports = procs.free_ports(4 + len(nodes))
+        meta = {"site": site.name, "site_path": str(site.path or ""), "nodes": nodes,
+                "ctld_port": ports[0], "dbd_port": ports[1], "db_port": ports[2],
+                "node_ports": dict(zip(nodes, ports[4:], strict=True))}
+        write_files({"cluster.json": json.dumps(meta, indent=1)}, self.workdir)
+        self._write_confs(site, meta)
+        self._start_munge()
+        self._start_mariadb(int(meta["db_port"]))  # type: ignore[call-overload]
+        self._start("slurmdbd", ["slurmdbd"], lambda: procs.port_open(meta["dbd_port"]))  # type: ignore[arg-type]
+        self._register_accounting(site)
+        self._start("slurmctld", ["slurmctld"], self._ctld_ready)
+        for n in nodes:
+            self._spawn(["slurmd", "-N", n])
+        self._wait_idle(timeout - (time.monotonic() - t0))
+        return time.monotonic() - t0
+
+    def profile(self, meta: dict[str, object]) -> Profile:
+        host = socket.gethostname().split(".")[0]
+        return Profile(
+            conf_dir=str(self.etc), ctld_host=host, ctld_addr="127.0.0.1",
+            ctld_port=int(meta["ctld_port"]),  # type: ignore[call-overload]
+            dbd_host="127.0.0.1", dbd_port=int(meta["dbd_port"]),  # type: ignore[call-overload]
+            state_dir=str(self.state), spool_dir=str(self.spool), log_dir=str(self.log),
+            run_dir=str(self.run), dev_dir=str(self.dev), slurm_user="root",
+            auth_info=f"socket={self.munge / 'munge.socket'}",
+            proctrack="proctrack/linuxproc", task_plugins="task/none", config_overrides=True,
+            mail_prog="/bin/true",
+            spank_plugin=find_spank_plugin(),
+            node_ports=dict(meta["node_ports"]),  # type: ignore[call-overload]
+        )
+
+    def _write_confs(self, site: Site, meta: dict[str, object]) -> None:
+        profile = self.profile(meta)
+        files = render_site(site, profile)
+        files["slurmdbd.conf"] = render_template(
+            "slurmdbd.conf", dbd_port=meta["dbd_port"], db_port=meta["db_port"],
+            auth_info=profile.auth_info, log_dir=self.log, run_dir=self.run)
+        write_files(files, self.etc, modes={"slurmdbd.conf": 0o600})
+        for g in site.node_groups:
+            for node in g.nodes:
+                (self.spool / node).mkdir(parents=True, exist_ok=True)
+                for path in device_paths(g, node, profile):
+                    _emulated_device(Path(path))
+
+    def _spawn(self, argv: list[str], log: Path | None = None) -> subprocess.Popen[bytes]:
+        """Start a daemon detached from our session (it outlives `cluster up`)."""
+        out = open(log or os.devnull, "ab")  # noqa: SIM115 - handed to the child
+        try:
+            return subprocess.Popen(argv, env=self.runner.env(), stdin=subprocess.DEVNULL,
+                                    stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                                    cwd=self.workdir)
+        except FileNotFoundError as e:
+            raise RuntimeFailure(f"{argv[0]}: not installed (run `make deps` as root)") from e
+        finally:
+            out.close()
+
+    def _start(self, name: str, argv: list[str], ready: object, timeout: float = 30.0) -> None:
+        proc = self._spawn(argv)
+        if not procs.wait_until(ready, timeout):  # type: ignore[arg-type]
+            proc.poll()
+            raise RuntimeFailure(f"{name} did not come up in {timeout:.0f} s\n" + self.explain())
+
+    def _start_munge(self) -> None:
+        self.munge.mkdir(mode=0o755, exist_ok=True)
+        os.chmod(self.munge, 0o755)  # munged wants execute for all on its socket folder
+        key = self.munge / "munge.key"
+        if not key.exists():
+            fd = os.open(key, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o400)
+            with os.fdopen(fd, "wb") as f:
+                f.write(os.urandom(1024))
+        sock = self.munge / "munge.socket"
+        self._start("munged", [
+            "munged", f"--socket={sock}", f"--key-file={key}", f"--pid-file={self.munge}/munged.pid",
+            f"--log-file={self.munge}/munged.log", f"--seed-file={self.munge}/munged.seed",
+        ], lambda: sock.exists() and self.pid(self.daemons()[0]) is not None)
+
+    def _start_mariadb(self, port: int) -> None:
+        data = self.db / "data"
+        if not (data / "mysql").exists():
+            shutil.rmtree(data, ignore_errors=True)
+            r = subprocess.run(["mysql_install_db", "--no-defaults", f"--datadir={data}",
+                                "--user=root", "--auth-root-authentication-method=normal"],
+                               capture_output=True, text=True, check=False)
+            if r.returncode != 0:
+                raise RuntimeFailure("mysql_install_db failed:\n" + r.stderr[-2000:])
+        mariadbd = shutil.which("mariadbd") or "/usr/sbin/mariadbd"
+        self._spawn([mariadbd, "--no-defaults", f"--datadir={data}",
+                     f"--socket={self.db}/mysql.sock", f"--port={port}",
+                     "--bind-address=127.0.0.1", "--user=root", f"--pid-file={self.db}/mariadb.pid",
+                     "--skip-name-resolve", "--innodb-buffer-pool-size=64M",
+                     "--innodb-log-file-size=16M"], log=self.db / "mariadb.log")
+        if not procs.wait_until(lambda: procs.port_open(port), 60):
+            raise RuntimeFailure("MariaDB did not come up in 60 s\n" + self.explain())
+
+    def _ctld_ready(self) -> bool:
+        r = self.runner.run(["scontrol", "ping"], check=False, timeout=5)
+        return "UP" in r.stdout
+
+    def _register_accounting(self, site: Site) -> None:
+        sacctmgr = ["sacctmgr", "-i"]
+        existing = self.runner.out([*sacctmgr, "-n", "-P", "list", "cluster", "format=cluster"])
+        if site.name not in existing.split():
+            self.runner.run([*sacctmgr, "add", "cluster", site.name])
+        qos_file = (self.etc / "qos.sacctmgr").read_text()
+        have_qos = self.runner.out([*sacctmgr, "-n", "-P", "list", "qos", "format=name"]).split()
+        for line in qos_file.splitlines():
+            argv = shlex.split(line, comments=True)
+            if not argv:
+                continue
+            if argv[2:4] == ["add", "qos"] and argv[4] in have_qos:
+                continue
+            self.runner.run(argv)
+        self.runner.run([*sacctmgr, "add", "account", ACCOUNT, f"cluster={site.name}",
+                         "description=slurm-hetero dev cluster", "organization=local"], check=False)
+        self.runner.run([*sacctmgr, "add", "user", "root", f"account={ACCOUNT}",
+                         f"cluster={site.name}"], check=False)
+
+    def _wait_idle(self, timeout: float) -> None:
+        want = set(self.info().get("nodes", []))  # type: ignore[call-overload]
+        last: dict[str, NodeInfo] = {}
+
+        def all_idle() -> bool:
+            nonlocal last
+            try:
+                last = self.nodes()
+            except RuntimeFailure:
+                return False
+            return want <= {n for n, i in last.items() if i.state in ("idle", "mixed", "allocated")}
+
+        if not procs.wait_until(all_idle, max(timeout, 5.0), 0.5):
+            bad = [f"  {n}: {i.state} {i.reason}".rstrip() for n, i in sorted(last.items())
+                   if i.state not in ("idle", "mixed", "allocated")]
+            missing = sorted(want - set(last))
+            msg = "nodes did not all become idle:\n" + "\n".join(bad)
+            if missing:
+                msg += f"\n  not known to slurmctld: {', '.join(missing)}"
+            raise RuntimeFailure(msg + "\n" + self.explain())
+
+    # ---- down -------------------------------------------------------------------------
+    def down(self, log: object = print) -> list[str]:
+        """Stop every process this cluster started; returns the names stopped."""
+        say = log if callable(log) else print
+        stopped = []
+        ds = self.daemons()
+        if self.pid(ds[3]) and self.pid(ds[0]):  # slurmctld and munge up: end jobs cleanly
+            self.runner.run(["scancel", "--full", "--user=root"], check=False, timeout=10)
+            procs.wait_until(lambda: not self.runner.run(
+                ["squeue", "-h", "-o", "%i"], check=False, timeout=5).stdout.strip(), 10)
+        for d in reversed(ds):
+            pid = self.pid(d)
+            if pid:
+                procs.stop(pid, d.expect)
+                stopped.append(d.name)
+        for pid in procs.processes_under(self.workdir):
+            if procs.cmdline(pid).startswith("slurmstepd"):
+                procs.stop(pid, "slurmstepd", 5)
+                stopped.append(f"slurmstepd {pid}")
+        say(f"stopped {len(stopped)} processes of {self.workdir}")
+        return stopped
+
+    # ---- diagnosis --------------------------------------------------------------------
+    def log_files(self) -> list[Path]:
+        return [d.log for d in self.daemons() if d.log.exists()]
+
+    def explain(self, lines: int = 12) -> str:
+        """The log lines that most likely explain a failure: errors and fatals, newest last."""
+        out = []
+        for f in self.log_files():
+            text = f.read_text(errors="replace").splitlines()
+            bad = [ln for ln in text if re.search(r"error|fatal|ERROR|Error", ln)]
+            if bad:
+                out.append(f"--- {f.relative_to(self.workdir)}")
+                out += bad[-lines:]
+        return "\n".join(out) or "(no errors in the logs)"

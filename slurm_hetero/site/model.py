@@ -1,0 +1,129 @@
+"""The validated site model that every generator reads."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ClusterShell.NodeSet import NodeSet
+
+from slurm_hetero.site.catalog import AccelModel, Normalization
+from slurm_hetero.site.units import size_gb_label
+
+
+@dataclass(frozen=True)
+class AccelGroup:
+    """`count` devices of one model on every node of a group, optionally sliced in shards."""
+
+    model: AccelModel
+    count: int
+    shards_per_device: int = 0
+
+
+@dataclass(frozen=True)
+class NodeGroup:
+    names: str  # folded hostlist expression, e.g. "a100-[01-02]"
+    resource_type: str  # CPU, GPU or NPU
+    architecture: str  # x86_64 or aarch64 (aliases normalized)
+    sockets: int
+    cores_per_socket: int
+    threads_per_core: int
+    memory_mib: int
+    compute_units: int
+    memory_bandwidth_gbs: float
+    supported_frameworks: tuple[str, ...]
+    partitions: tuple[str, ...]
+    accelerators: tuple[AccelGroup, ...] = ()
+    extra_features: tuple[str, ...] = ()
+
+    @property
+    def cpus(self) -> int:
+        return self.sockets * self.cores_per_socket * self.threads_per_core
+
+    @property
+    def nodes(self) -> list[str]:
+        return list(NodeSet(self.names))
+
+    @property
+    def node_count(self) -> int:
+        return len(NodeSet(self.names))
+
+    @property
+    def units_per_node(self) -> float:
+        return round(sum(a.model.units * a.count for a in self.accelerators), 2)
+
+    @property
+    def features(self) -> tuple[str, ...]:
+        """Node features: arch, then vendor, stack, model and device-memory class per model."""
+        feats = [self.architecture]
+        for a in self.accelerators:
+            m = a.model
+            feats += [m.vendor, m.stack, m.id, size_gb_label(m.device_memory_mib)]
+        feats += self.extra_features
+        return tuple(dict.fromkeys(feats))
+
+    @property
+    def weight(self) -> int:
+        """Slurm allocates lowest Weight first: CPU-only nodes, then cheaper accelerators."""
+        return 1 + round(self.units_per_node * 100)
+
+    @property
+    def gres(self) -> str:
+        parts = []
+        for a in self.accelerators:
+            parts.append(f"{a.model.gres_name}:{a.model.gres_type}:{a.count}")
+            if a.shards_per_device:
+                parts.append(f"shard:{a.count * a.shards_per_device}")
+        return ",".join(parts)
+
+
+@dataclass(frozen=True)
+class Partition:
+    name: str
+    default: bool = False
+    max_time: str = "UNLIMITED"
+    default_time: str | None = None
+
+
+@dataclass(frozen=True)
+class QosTier:
+    name: str
+    priority: int
+    preempt: tuple[str, ...] = ()
+    usage_factor: float = 1.0
+
+
+@dataclass(frozen=True)
+class Billing:
+    cpu: float = 1.0
+    mem_per_gb: float = 0.25
+    unit: float = 16.0  # one normalized accelerator unit costs as much as this many CPUs
+
+
+@dataclass(frozen=True)
+class Site:
+    name: str
+    path: Path | None
+    description: str
+    catalog: dict[str, AccelModel]
+    normalization: Normalization
+    node_groups: tuple[NodeGroup, ...]
+    partitions: tuple[Partition, ...]
+    qos: tuple[QosTier, ...]
+    default_qos: str
+    billing: Billing = field(default_factory=Billing)
+
+    @property
+    def models_in_use(self) -> list[AccelModel]:
+        seen: dict[str, AccelModel] = {}
+        for g in self.node_groups:
+            for a in g.accelerators:
+                seen.setdefault(a.model.id, a.model)
+        return list(seen.values())
+
+    @property
+    def all_nodes(self) -> list[str]:
+        return [n for g in self.node_groups for n in g.nodes]
+
+    def groups_in(self, partition: str) -> list[NodeGroup]:
+        return [g for g in self.node_groups if partition in g.partitions]

@@ -1,0 +1,48 @@
+"""Submitting, waiting for and accounting jobs through the runner."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+from slurm_hetero.errors import RuntimeFailure
+from slurm_hetero.slurm.parse import parse_sacct
+from slurm_hetero.slurm.runner import Runner
+
+SACCT_FIELDS = ["JobID", "JobName", "Partition", "NodeList", "State", "ExitCode", "AllocTRES",
+                "Elapsed", "QOS", "Submit", "Start", "End"]
+
+
+def submit(runner: Runner, options: Sequence[str], wrap: str) -> int:
+    """sbatch OPTIONS --wrap WRAP; returns the job id."""
+    out = runner.out(["sbatch", "--parsable", *options, "--wrap", wrap]).strip()
+    return int(out.split(";")[0])
+
+
+def wait_done(runner: Runner, ids: Sequence[int], timeout: float = 120.0) -> None:
+    """Wait until none of the jobs is pending or running any more."""
+    wanted = ",".join(map(str, ids))
+    deadline = time.monotonic() + timeout
+    while True:
+        active = runner.out(["squeue", "-h", "-j", wanted, "-o", "%i"], check=False).split()
+        if not active:
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeFailure(f"jobs {', '.join(active)} still queued or running after {timeout:.0f} s")
+        time.sleep(0.5)
+
+
+def sacct_jobs(runner: Runner, ids: Sequence[int], fields: Sequence[str] = SACCT_FIELDS,
+               timeout: float = 30.0) -> dict[int, dict[str, str]]:
+    """Allocation lines (-X) of the jobs, waiting until slurmdbd has recorded their end."""
+    argv = ["sacct", "-X", "-n", "-P", "-j", ",".join(map(str, ids)), "-o", ",".join(fields)]
+    deadline = time.monotonic() + timeout
+    while True:
+        rows = parse_sacct(runner.out(argv), list(fields))
+        by_id = {int(r["JobID"]): r for r in rows if r["JobID"].isdigit()}
+        # slurmdbd learns a short job's details after its end: wait for both.
+        ended = all(i in by_id and by_id[i].get("End", "x") not in ("Unknown", "")
+                    and by_id[i].get("Partition", "x") != "" for i in ids)
+        if ended or time.monotonic() > deadline:
+            return by_id
+        time.sleep(0.5)

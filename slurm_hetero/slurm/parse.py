@@ -1,0 +1,113 @@
+"""Pure parsers of Slurm command output (tested on captured real output).
+
+They take text and return plain data; they never run anything. Formats are the stable,
+parsable ones (`-h -o` with a fixed field list, `sacct -P`), which 22.05 through 24.11 print
+the same way.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+SINFO_FORMAT = "%N|%T|%c|%m|%G|%f|%P|%E"
+SINFO_FIELDS = ("nodes", "state", "cpus", "memory", "gres", "features", "partition", "reason")
+
+
+def parse_version(text: str) -> tuple[int, int]:
+    """`slurm 22.05.8` → (22, 5); `slurm-wlm 24.11.1` too.
+
+    >>> parse_version("slurm 22.05.8")
+    (22, 5)
+    """
+    m = re.search(r"(\d+)\.(\d+)", text)
+    if not m:
+        raise ValueError(f"cannot read a Slurm version from {text!r}")
+    return int(m.group(1)), int(m.group(2))
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    name: str
+    state: str
+    cpus: int
+    memory_mib: int
+    gres: str
+    features: tuple[str, ...]
+    partitions: tuple[str, ...]
+    reason: str
+
+
+def parse_sinfo_nodes(text: str) -> dict[str, NodeInfo]:
+    """Parse `sinfo -N -h -o SINFO_FORMAT` (one line per node and partition)."""
+    nodes: dict[str, NodeInfo] = {}
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        f = dict(zip(SINFO_FIELDS, line.split("|", len(SINFO_FIELDS) - 1), strict=True))
+        name = f["nodes"]
+        part = f["partition"].rstrip("*")
+        prev = nodes.get(name)
+        parts = (*prev.partitions, part) if prev else (part,)
+        nodes[name] = NodeInfo(
+            name=name,
+            state=f["state"],
+            cpus=int(f["cpus"]),
+            memory_mib=int(f["memory"]),
+            gres="" if f["gres"] == "(null)" else f["gres"],
+            features=tuple(x for x in f["features"].split(",") if x and x != "(null)"),
+            partitions=parts,
+            reason="" if f["reason"] == "none" else f["reason"],
+        )
+    return nodes
+
+
+def parse_gres(text: str) -> dict[str, int]:
+    """`gpu:a100-80gb:4(S:0-1),shard:16` → {"gpu:a100-80gb": 4, "shard": 16}.
+
+    >>> parse_gres("gpu:a100-80gb:4(S:0-1),shard:16")
+    {'gpu:a100-80gb': 4, 'shard': 16}
+    """
+    out: dict[str, int] = {}
+    for item in re.split(r",(?![^(]*\))", text):
+        item = re.sub(r"\(.*\)$", "", item.strip())
+        if not item or item == "(null)":
+            continue
+        *name, count = item.split(":")
+        if not count.isdigit():
+            name, count = [*name, count], "1"
+        out[":".join(name)] = out.get(":".join(name), 0) + int(count)
+    return out
+
+
+def parse_sacct(text: str, fields: list[str]) -> list[dict[str, str]]:
+    """Parse `sacct -P -n -o f1,f2,...` into one dict per line (job steps included)."""
+    rows = []
+    for line in text.splitlines():
+        if not line:
+            continue
+        values = line.split("|", len(fields) - 1)
+        if len(values) != len(fields):
+            raise ValueError(f"sacct line has {len(values)} fields, expected {len(fields)}: {line!r}")
+        rows.append(dict(zip(fields, values, strict=True)))
+    return rows
+
+
+def parse_tres(text: str) -> dict[str, str]:
+    """`billing=40,cpu=1,gres/gpu:h100=1,gres/gpu=1,mem=1G,node=1` → dict.
+
+    >>> parse_tres("cpu=1,gres/npu=1,mem=1G")
+    {'cpu': '1', 'gres/npu': '1', 'mem': '1G'}
+    """
+    return dict(kv.split("=", 1) for kv in text.split(",") if "=" in kv)
+
+
+def parse_kv_record(text: str) -> dict[str, str]:
+    """Parse one `scontrol show job|node` record (`Key=Value` pairs, values may hold spaces
+    only in the last field of a line, as with Reason= and Command=)."""
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        line = line.strip()
+        for m in re.finditer(r"(\w[\w/:.]*)=(.*?)(?=\s+\w[\w/:.]*=|$)", line):
+            out[m.group(1)] = m.group(2)
+    return out

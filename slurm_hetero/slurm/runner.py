@@ -1,0 +1,60 @@
+"""The one place that runs Slurm commands: argv lists (never a shell), timeouts, env.
+
+Everything that talks to Slurm builds an argv, calls `Runner.run`, and hands stdout to a
+pure parser. Tests patch this single point (or point SLURM_CONF at a real test cluster).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from slurm_hetero.errors import RuntimeFailure
+
+
+class SlurmCommandError(RuntimeFailure):
+    def __init__(self, argv: Sequence[str], returncode: int, stderr: str):
+        self.argv, self.returncode, self.stderr = list(argv), returncode, stderr
+        tail = stderr.strip().splitlines()[-3:]
+        super().__init__(f"{argv[0]} exited {returncode}: {' | '.join(tail) or 'no message'}")
+
+
+@dataclass
+class Runner:
+    """Runs Slurm client commands against one cluster (selected by its slurm.conf)."""
+
+    slurm_conf: str | None = None
+    timeout: float = 60.0
+    extra_env: Mapping[str, str] = field(default_factory=dict)
+
+    def env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        if self.slurm_conf:
+            env["SLURM_CONF"] = self.slurm_conf
+        env.update(self.extra_env)
+        return env
+
+    def run(self, argv: Sequence[str], *, check: bool = True, timeout: float | None = None,
+            input: str | None = None) -> subprocess.CompletedProcess[str]:
+        """Run argv and return the completed process; raise SlurmCommandError on failure."""
+        try:
+            proc = subprocess.run(list(argv), capture_output=True, text=True, env=self.env(),
+                                  timeout=timeout or self.timeout, input=input, check=False)
+        except FileNotFoundError as e:
+            raise RuntimeFailure(f"{argv[0]}: not installed (install Slurm's client tools)") from e
+        except subprocess.TimeoutExpired as e:
+            raise RuntimeFailure(f"{argv[0]}: no answer in {e.timeout:.0f} s") from e
+        if check and proc.returncode != 0:
+            raise SlurmCommandError(argv, proc.returncode, proc.stderr)
+        return proc
+
+    def out(self, argv: Sequence[str], **kw: float | None) -> str:
+        return self.run(argv, **kw).stdout  # type: ignore[arg-type]
+
+    def version(self) -> tuple[int, int]:
+        """(major, minor) of the Slurm tools, e.g. (22, 5) for 22.05.8."""
+        from slurm_hetero.slurm.parse import parse_version
+
+        return parse_version(self.out(["sinfo", "--version"]))
