@@ -19,10 +19,12 @@ console = Console(highlight=False, width=None if sys.stdout.isatty() else 150)
 DEMO_SITE = Path(__file__).resolve().parent.parent / "site" / "demo" / "site.yaml"
 
 
-class _Exit(click.ClickException):
-    def __init__(self, message: str, code: int):
-        super().__init__(message)
-        self.exit_code = code
+class _BadInput(click.ClickException):
+    exit_code = 2
+
+
+class _Failed(click.ClickException):
+    exit_code = 1
 
 
 def reports_errors(fn: F) -> F:
@@ -33,7 +35,7 @@ def reports_errors(fn: F) -> F:
         try:
             return fn(*args, **kwargs)
         except HeteroError as e:
-            raise _Exit(str(e), e.exit_code) from e
+            raise (_BadInput if e.exit_code == 2 else _Failed)(str(e)) from e
 
     return wrapper  # type: ignore[return-value]
 

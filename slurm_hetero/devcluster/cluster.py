@@ -20,10 +20,17 @@ import socket
 import stat
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from slurm_hetero.conf.render import Profile, device_paths, render_site, render_template, write_files
+from slurm_hetero.conf.render import (
+    Profile,
+    device_paths,
+    render_site,
+    render_template,
+    write_files,
+)
 from slurm_hetero.devcluster import procs
 from slurm_hetero.errors import InputError, RuntimeFailure
 from slurm_hetero.site.model import Site
@@ -140,7 +147,8 @@ class Cluster:
         self._write_confs(site, meta)
         self._start_munge()
         self._start_mariadb(int(meta["db_port"]))  # type: ignore[call-overload]
-        self._start("slurmdbd", ["slurmdbd"], lambda: procs.port_open(meta["dbd_port"]))  # type: ignore[arg-type]
+        dbd_port = int(meta["dbd_port"])  # type: ignore[call-overload]
+        self._start("slurmdbd", ["slurmdbd"], lambda: procs.port_open(dbd_port))
         self._register_accounting(site)
         self._start("slurmctld", ["slurmctld"], self._ctld_ready)
         for n in nodes:
@@ -188,11 +196,17 @@ class Cluster:
         finally:
             out.close()
 
-    def _start(self, name: str, argv: list[str], ready: object, timeout: float = 30.0) -> None:
+    def _start(self, name: str, argv: list[str], ready: Callable[[], bool], timeout: float = 30.0) -> None:
         proc = self._spawn(argv)
-        if not procs.wait_until(ready, timeout):  # type: ignore[arg-type]
-            proc.poll()
-            raise RuntimeFailure(f"{name} did not come up in {timeout:.0f} s\n" + self.explain())
+
+        def ready_or_failed() -> bool:
+            # Daemons fork and their first process exits 0; a non-zero exit is a failure.
+            return ready() or (proc.poll() is not None and proc.returncode != 0)
+
+        procs.wait_until(ready_or_failed, timeout)
+        if not ready():
+            why = f"exited {proc.returncode}" if proc.returncode else f"did not come up in {timeout:.0f} s"
+            raise RuntimeFailure(f"{name} {why}\n" + self.explain())
 
     def _start_munge(self) -> None:
         self.munge.mkdir(mode=0o755, exist_ok=True)
@@ -203,8 +217,10 @@ class Cluster:
             with os.fdopen(fd, "wb") as f:
                 f.write(os.urandom(1024))
         sock = self.munge / "munge.socket"
+        # --force: munged wants every folder above its socket open to all users, which a
+        # private workdir (pytest's, a user's 0700 home) is not; our clients all run as root.
         self._start("munged", [
-            "munged", f"--socket={sock}", f"--key-file={key}", f"--pid-file={self.munge}/munged.pid",
+            "munged", "--force", f"--socket={sock}", f"--key-file={key}", f"--pid-file={self.munge}/munged.pid",
             f"--log-file={self.munge}/munged.log", f"--seed-file={self.munge}/munged.seed",
         ], lambda: sock.exists() and self.pid(self.daemons()[0]) is not None)
 
@@ -228,7 +244,7 @@ class Cluster:
 
     def _ctld_ready(self) -> bool:
         r = self.runner.run(["scontrol", "ping"], check=False, timeout=5)
-        return "UP" in r.stdout
+        return "UP" in str(r.stdout)
 
     def _register_accounting(self, site: Site) -> None:
         sacctmgr = ["sacctmgr", "-i"]
@@ -250,7 +266,7 @@ class Cluster:
                          f"cluster={site.name}"], check=False)
 
     def _wait_idle(self, timeout: float) -> None:
-        want = set(self.info().get("nodes", []))  # type: ignore[call-overload]
+        want: set[str] = set(self.info().get("nodes", []))  # type: ignore[call-overload]
         last: dict[str, NodeInfo] = {}
 
         def all_idle() -> bool:

@@ -12,7 +12,8 @@ from pathlib import Path
 
 def free_ports(n: int) -> list[int]:
     """n distinct free TCP ports on loopback (kept bound until all are picked)."""
-    socks, ports = [], []
+    socks: list[socket.socket] = []
+    ports: list[int] = []
     try:
         while len(ports) < n:
             s = socket.socket()
@@ -55,11 +56,10 @@ def alive(pid: int | None, expect: str = "") -> bool:
         return False
     except PermissionError:
         return True
-    state = ""
     try:
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
     except (OSError, IndexError):
-        pass
+        state = ""
     return state != "Z" and expect in cmdline(pid)
 
 

@@ -105,8 +105,7 @@ def _compose(text: str, source: str) -> tuple[Any, dict[Path_, tuple[int, int]],
             for k, v in n.value:
                 key = str(k.value)
                 if key in seen:
-                    positions[(*path, key, "<dup>")] = (k.start_mark.line + 1, k.start_mark.column + 1)
-                    problems.append(Problem((*path, key, "<dup>"), f"duplicate key {key!r}",
+                    problems.append(Problem((*path, key), f"duplicate key {key!r}",
                                             "each key may appear once; the later one would win"))
                 seen.add(key)
                 walk(v, (*path, key))
@@ -148,7 +147,7 @@ def _schema_problems(data: Any) -> list[Problem]:
 
 
 def _near(name: str, known: Iterable[str]) -> str:
-    close = difflib.get_close_matches(name.lower(), list(known), n=3, cutoff=0.4)
+    close = difflib.get_close_matches(name.lower(), list(known), n=3, cutoff=0.6)
     return f"did you mean: {', '.join(close)}?" if close else "known: " + ", ".join(sorted(known))
 
 
@@ -236,7 +235,8 @@ class _Builder:
         return tuple(tiers), default
 
     def node_groups(self, models: dict[str, AccelModel], partitions: set[str]) -> tuple[NodeGroup, ...]:
-        groups, owner = [], {}
+        groups: list[NodeGroup] = []
+        owner: dict[str, int] = {}
         for i, g in enumerate(self.data["node_groups"]):
             base: Path_ = ("node_groups", i)
             try:
@@ -304,8 +304,9 @@ class _Builder:
                 partitions=tuple(g["partitions"]), accelerators=tuple(accels),
                 extra_features=tuple(g.get("features", [])),
             ))
+        used = {p for g in self.data["node_groups"] for p in g["partitions"]}
         for i, p in enumerate(self.data["partitions"]):
-            if not any(p["name"] in g.partitions for g in groups):
+            if p["name"] not in used:
                 self.err(("partitions", i, "name"), f"partition {p['name']!r} has no nodes",
                          "add it to some node group's partitions, or remove it")
         return tuple(groups)
