@@ -155,6 +155,43 @@ def cluster_down(workdir: Path | None) -> None:
     _cluster(workdir).down(log=console.print)
 
 
+@main.group()
+def bridge() -> None:
+    """The job_submit.lua bridge's helpers."""
+
+
+@bridge.command("snapshot")
+@click.option("--site", "site_path", type=click.Path(path_type=Path), default=str(DEMO_SITE),
+              help="Site file [default: the demo site]")
+@click.option("-o", "--output", type=click.Path(path_type=Path), required=True,
+              help="Snapshot file (the bridge reads StateSaveLocation/hetero-snapshot.lua).")
+@click.option("--every", type=float, default=0.0, help="Repeat every SECONDS until SIGTERM.")
+@click.option("--pidfile", type=click.Path(path_type=Path), default=None)
+@reports_errors
+def bridge_snapshot(site_path: Path, output: Path, every: float, pidfile: Path | None) -> None:
+    """Write the capacity snapshot (free and pending devices per pool) from sinfo/squeue."""
+    import os
+
+    from slurm_hetero.bridge.snapshot import run_loop, take_snapshot
+    from slurm_hetero.site import load_site
+    from slurm_hetero.slurm.runner import Runner
+
+    site = load_site(site_path)
+    if every <= 0:
+        caps = take_snapshot(site, Runner(), output)
+        for key, c in caps.items():
+            console.print(f"{key}: free {c.free}/{c.total} (max {c.free_max_node} on one node), "
+                          f"pending {c.pending}")
+        return
+    if pidfile:
+        pidfile.write_text(f"{os.getpid()}\n")
+    try:
+        run_loop(site, Runner(), output, every, log=console.print)
+    finally:
+        if pidfile:
+            pidfile.unlink(missing_ok=True)
+
+
 @main.command("demo")
 @click.option("--site", "site_path", type=click.Path(path_type=Path), default=str(DEMO_SITE),
               help="Site file [default: the demo site]")

@@ -16,6 +16,7 @@ from pathlib import Path
 import jinja2
 from ClusterShell.NodeSet import NodeSet
 
+from slurm_hetero.bridge.tables import bridge_context
 from slurm_hetero.errors import InputError
 from slurm_hetero.site.model import NodeGroup, Site
 
@@ -50,6 +51,14 @@ class Profile:
     # Per-node NodeAddr/Port (the dev cluster runs every slurmd on loopback).
     node_ports: dict[str, int] = field(default_factory=dict)
     node_addr: str = "127.0.0.1"
+    # job_desc.tres_per_node reads "gres:gpu:1" before Slurm 23.02 and "gres/gpu:1" after.
+    slurm_version: tuple[int, int] = (22, 5)
+    snapshot_check_s: int = 2
+    snapshot_stale_s: int = 30
+
+    @property
+    def snapshot_path(self) -> str:
+        return f"{self.state_dir}/hetero-snapshot.lua"
 
 
 def _device_files(g: NodeGroup, node: str | None, profile: Profile) -> list[dict[str, str | int]]:
@@ -117,7 +126,11 @@ def _context(site: Site, profile: Profile) -> dict[str, object]:
                              | ({"shard"} if any(a.shards_per_device for g in site.node_groups
                                                  for a in g.accelerators) else set())),
         "gres_lines": gres_lines,
-        "energy_policies": ["performance", "balanced", "efficiency", "auto"],
+        "gres_prefix": "gres:" if profile.slurm_version < (23, 2) else "gres/",
+        "snapshot_path": profile.snapshot_path,
+        "snapshot_check_s": profile.snapshot_check_s,
+        "snapshot_stale_s": profile.snapshot_stale_s,
+        **bridge_context(site),
     }
 
 

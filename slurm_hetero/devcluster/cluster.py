@@ -19,6 +19,7 @@ import shutil
 import socket
 import stat
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -109,6 +110,8 @@ class Cluster:
             Daemon("slurmdbd", self.run / "slurmdbd.pid", "slurmdbd", self.log / "slurmdbd.log"),
             Daemon("slurmctld", self.run / "slurmctld.pid", "slurmctld", self.log / "slurmctld.log"),
         ]
+        out.append(Daemon("bridge-snapshot", self.run / "bridge-snapshot.pid", "bridge snapshot",
+                          self.log / "bridge-snapshot.log"))
         out += [Daemon(f"slurmd {n}", self.run / f"slurmd-{n}.pid", "slurmd",
                        self.log / f"slurmd-{n}.log") for n in nodes]
         return out
@@ -151,6 +154,7 @@ class Cluster:
         self._start("slurmdbd", ["slurmdbd"], lambda: procs.port_open(dbd_port))
         self._register_accounting(site)
         self._start("slurmctld", ["slurmctld"], self._ctld_ready)
+        self._start_snapshot(site)
         for n in nodes:
             self._spawn(["slurmd", "-N", n])
         self._wait_idle(timeout - (time.monotonic() - t0))
@@ -168,6 +172,7 @@ class Cluster:
             proctrack="proctrack/linuxproc", task_plugins="task/none", config_overrides=True,
             mail_prog="/bin/true",
             spank_plugin=find_spank_plugin(),
+            slurm_version=self.runner.version(),
             node_ports=dict(meta["node_ports"]),  # type: ignore[call-overload]
         )
 
@@ -220,7 +225,8 @@ class Cluster:
         # --force: munged wants every folder above its socket open to all users, which a
         # private workdir (pytest's, a user's 0700 home) is not; our clients all run as root.
         self._start("munged", [
-            "munged", "--force", f"--socket={sock}", f"--key-file={key}", f"--pid-file={self.munge}/munged.pid",
+            "munged", "--force", f"--socket={sock}", f"--key-file={key}",
+            f"--pid-file={self.munge}/munged.pid",
             f"--log-file={self.munge}/munged.log", f"--seed-file={self.munge}/munged.seed",
         ], lambda: sock.exists() and self.pid(self.daemons()[0]) is not None)
 
@@ -241,6 +247,18 @@ class Cluster:
                      "--innodb-log-file-size=16M"], log=self.db / "mariadb.log")
         if not procs.wait_until(lambda: procs.port_open(port), 60):
             raise RuntimeFailure("MariaDB did not come up in 60 s\n" + self.explain())
+
+    def _start_snapshot(self, site: Site) -> None:
+        """The bridge's capacity snapshot, refreshed every 2 s while the cluster runs."""
+        if site.path is None:
+            raise InputError("cluster up needs a site loaded from a file (the snapshot re-reads it)")
+        snap = self.state / "hetero-snapshot.lua"
+        self._spawn([sys.executable, "-m", "slurm_hetero.cli", "bridge", "snapshot",
+                     "--site", str(site.path), "-o", str(snap), "--every", "2",
+                     "--pidfile", str(self.run / "bridge-snapshot.pid")],
+                    log=self.log / "bridge-snapshot.log")
+        if not procs.wait_until(snap.exists, 20):
+            raise RuntimeFailure("the bridge snapshot did not appear in 20 s\n" + self.explain())
 
     def _ctld_ready(self) -> bool:
         r = self.runner.run(["scontrol", "ping"], check=False, timeout=5)

@@ -54,7 +54,18 @@ class Runner:
         return self.run(argv, **kw).stdout  # type: ignore[arg-type]
 
     def version(self) -> tuple[int, int]:
-        """(major, minor) of the Slurm tools, e.g. (22, 5) for 22.05.8."""
+        """(major, minor) of the installed Slurm, e.g. (22, 5) for 22.05.8.
+
+        `slurmctld -V` answers without any configuration; client-only hosts fall back to
+        `sinfo --version`, which needs a reachable configuration."""
         from slurm_hetero.slurm.parse import parse_version
 
-        return parse_version(self.out(["sinfo", "--version"]))
+        for argv in (["slurmctld", "-V"], ["sinfo", "--version"]):
+            try:
+                r = self.run(argv, check=False, timeout=10)
+            except RuntimeFailure:
+                continue
+            if r.returncode == 0:
+                return parse_version(r.stdout)
+        raise RuntimeFailure("cannot tell the Slurm version: "
+                             "neither slurmctld -V nor sinfo --version answered")

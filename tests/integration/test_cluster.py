@@ -56,7 +56,7 @@ def test_job_lands_on_matching_hardware(cluster: Cluster, demo_site: Site, optio
 
 
 def test_billing_charges_normalized_units(cluster: Cluster, demo_site: Site) -> None:
-    """One H100 costs its normalized units × billing.unit, on top of CPU and memory."""
+    """One H100 costs its normalized units times billing.unit, on top of CPU and memory."""
     jid = submit(cluster.runner, ["--gres=gpu:h100:1", "-c", "1", "--mem=1G", "-o", "/dev/null"], "true")
     wait_done(cluster.runner, [jid])
     tres = parse_tres(sacct_jobs(cluster.runner, [jid])[jid]["AllocTRES"])

@@ -1,4 +1,7 @@
-"""Run a generated job_submit.lua under Lua 5.1 (lupa) with a fake `slurm` table."""
+"""Run a generated job_submit.lua under Lua 5.1 (lupa) with a fake `slurm` table.
+
+The fake records slurm.log_* lines; `now` replaces os.time so tests control snapshot age.
+"""
 
 from __future__ import annotations
 
@@ -7,10 +10,13 @@ from typing import Any
 
 import lupa.lua51 as lua51
 
+OPTION_PREFIX = "_SLURM_SPANK_OPTION_hetero_"
+
 
 @dataclass
 class JobSubmit:
     source: str
+    now: int = 1_000_000
     logs: list[tuple[str, str]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -18,21 +24,31 @@ class JobSubmit:
         assert self.lua.eval("_VERSION") == "Lua 5.1"
         g = self.lua.globals()
         slurm = self.lua.table(SUCCESS=0, ERROR=-1)
+        fmt = self.lua.eval("function(f, ...) return string.format(f, ...) end")
 
         def logger(kind: str) -> Any:
-            def log(fmt: str, *args: Any) -> None:
-                self.logs.append((kind, str(self.lua.globals().string.format(fmt, *args))))
+            def log(f: str, *args: Any) -> None:
+                self.logs.append((kind, str(fmt(f, *args))))
             return log
 
-        slurm.log_user = logger("user")
-        slurm.log_error = logger("error")
-        slurm.log_info = logger("info")
-        slurm.log_debug = logger("debug")
+        for kind in ("user", "error", "info", "debug", "verbose"):
+            slurm[f"log_{kind}"] = logger(kind)
         g.slurm = slurm
+        g.os.time = lambda *_: self.now
         self.lua.execute(self.source)
 
-    def submit(self, **fields: Any) -> tuple[int, dict[str, Any]]:
-        """Call slurm_job_submit with a job_desc made of fields; returns (rc, job_desc)."""
+    def submit(self, options: dict[str, str] | None = None, srun: bool = False,
+               **fields: Any) -> tuple[int, dict[str, Any]]:
+        """slurm_job_submit on a job_desc of `fields` plus hetero options; (rc, job_desc)."""
+        env = {OPTION_PREFIX + k: v for k, v in (options or {}).items()}
+        if srun:
+            fields["spank_job_env"] = self.lua.table_from([f"{k}={v}" for k, v in env.items()])
+        else:
+            fields["environment"] = self.lua.table_from(env)
         desc = self.lua.table_from(fields)
         rc = self.lua.globals().slurm_job_submit(desc, self.lua.table(), 0)
-        return int(rc), dict(desc)
+        out = {k: v for k, v in dict(desc).items() if k not in ("environment", "spank_job_env")}
+        return int(rc), out
+
+    def user_lines(self) -> list[str]:
+        return [m for k, m in self.logs if k == "user"]

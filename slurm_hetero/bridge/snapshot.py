@@ -1,0 +1,137 @@
+"""The capacity snapshot: free and pending accelerators per pool, for job_submit.lua.
+
+`slurm-hetero bridge snapshot` reads sinfo and squeue every few seconds and writes a small
+Lua data file atomically (temp file + rename). Its first line carries a generation number;
+the bridge re-reads the file only when that number changes, and treats a snapshot older
+than its staleness limit as absent (then the static order applies).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from slurm_hetero.bridge.tables import pools
+from slurm_hetero.errors import RuntimeFailure
+from slurm_hetero.site.model import Site
+from slurm_hetero.slurm.parse import parse_gres
+from slurm_hetero.slurm.runner import Runner
+
+SINFO_ARGS = ["sinfo", "-N", "-h", "-O", "NodeList:|,StateLong:|,Gres:|,GresUsed:|,Features:|"]
+SQUEUE_ARGS = ["squeue", "-h", "-t", "PD", "-o", "%b|%f|%D"]
+_UNAVAILABLE = ("drain", "down", "fail", "maint", "reserved", "unknown", "not_responding",
+                "future", "power")
+ARCHES = ("x86_64", "aarch64")
+
+
+@dataclass
+class PoolCapacity:
+    total: int = 0
+    free: int = 0
+    free_max_node: int = 0  # the most devices free on one node: can an N-device job start?
+    pending: int = 0
+
+
+def _model_of(site: Site) -> dict[tuple[str, str], str]:
+    return {(m.gres_name, m.gres_type): m.id for m in site.models_in_use}
+
+
+def build_snapshot(site: Site, sinfo_text: str, squeue_text: str) -> dict[str, PoolCapacity]:
+    """Pure: capacity per pool key from `SINFO_ARGS` and `SQUEUE_ARGS` output."""
+    model_of = _model_of(site)
+    caps = {p.key: PoolCapacity() for p in pools(site)}
+    for line in sinfo_text.splitlines():
+        fields = line.split("|")
+        if len(fields) < 5:
+            continue
+        _, state, gres, used, features = (f.strip() for f in fields[:5])
+        arch = "aarch64" if "aarch64" in features.split(",") else "x86_64"
+        usable = not any(word in state.lower() for word in _UNAVAILABLE)
+        used_by = parse_gres(used)
+        for name_type, count in parse_gres(gres).items():
+            name, _, gtype = name_type.partition(":")
+            mid = model_of.get((name, gtype))
+            cap = caps.get(f"{mid}|{arch}")
+            if cap is None:
+                continue  # shards and GRES the bridge does not place
+            free = max(0, count - used_by.get(name_type, 0)) if usable else 0
+            cap.total += count
+            cap.free += free
+            cap.free_max_node = max(cap.free_max_node, free)
+    for line in squeue_text.splitlines():
+        fields = line.split("|")
+        if len(fields) < 3 or not fields[2].strip().isdigit():
+            continue
+        tres, features, nodes = fields[0], fields[1], int(fields[2])
+        arches = [a for a in ARCHES if a in features] or list(ARCHES)
+        for item in tres.split(","):
+            parts = item.replace("gres/", "gres:").split(":")
+            if len(parts) < 3 or parts[0] != "gres" or not parts[-1].isdigit():
+                continue
+            name, count = parts[1], int(parts[-1]) * nodes
+            gtype = parts[2] if len(parts) == 4 else ""
+            for (gname, t), mid in model_of.items():
+                if gname == name and gtype in ("", t):
+                    for arch in arches:
+                        if f"{mid}|{arch}" in caps:
+                            caps[f"{mid}|{arch}"].pending += count
+    return caps
+
+
+def to_lua(caps: dict[str, PoolCapacity], generated_at: float) -> str:
+    """The snapshot as a Lua 5.1 chunk that only returns data."""
+    gen = int(generated_at)
+    rows = "\n".join(
+        f'  ["{k}"] = {{ total = {c.total}, free = {c.free}, free_max_node = {c.free_max_node}, '
+        f"pending = {c.pending} }}," for k, c in sorted(caps.items()))
+    return (f"-- hetero-snapshot {time.time_ns()}\n"
+            f"return {{ generated_at = {gen}, pools = {{\n{rows}\n}} }}\n")
+
+
+def write_atomic(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def take_snapshot(site: Site, runner: Runner, path: Path) -> dict[str, PoolCapacity]:
+    caps = build_snapshot(site, runner.out(SINFO_ARGS), runner.out(SQUEUE_ARGS))
+    write_atomic(path, to_lua(caps, time.time()))
+    return caps
+
+
+def run_loop(site: Site, runner: Runner, path: Path, every: float, count: int | None = None,
+             log: object = print) -> None:
+    """Refresh the snapshot every `every` seconds until SIGTERM (or `count` rounds).
+
+    A Slurm command that fails (slurmctld restarting) costs one round, not the loop: the
+    old snapshot simply ages, and the bridge falls back to its static order when stale."""
+    import signal
+
+    say = log if callable(log) else print
+    stop = False
+
+    def on_term(*_: object) -> None:
+        nonlocal stop
+        stop = True
+
+    signal.signal(signal.SIGTERM, on_term)
+    rounds = 0
+    while not stop and (count is None or rounds < count):
+        t0 = time.monotonic()
+        try:
+            take_snapshot(site, runner, path)
+        except RuntimeFailure as e:
+            say(f"snapshot skipped: {e}")
+        rounds += 1
+        while not stop and time.monotonic() - t0 < every and (count is None or rounds < count):
+            time.sleep(0.1)

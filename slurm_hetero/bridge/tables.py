@@ -1,0 +1,60 @@
+"""The site's tables as the generated job_submit.lua needs them.
+
+Pools are (model, arch) pairs: the unit the bridge chooses between. Their order is the
+documented static order used when no fresh capacity snapshot exists: the smallest model
+(fewest normalized units per device) first, then the architecture name.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from slurm_hetero.energy.policies import DEFAULT_POLICIES, EnergyPolicy
+from slurm_hetero.site.model import AccelGroup, NodeGroup, Site
+
+ARCH_VALUES = {"any": "any", "x86_64": "x86_64", "aarch64": "aarch64", "arm64": "aarch64",
+               "armv8": "aarch64"}
+
+
+@dataclass(frozen=True)
+class Pool:
+    key: str  # "model|arch"
+    model: str
+    arch: str
+    per_node: int  # largest device count on one node of the pool
+    devices: int
+    partitions: tuple[str, ...]
+
+
+def pools(site: Site) -> list[Pool]:
+    members: dict[tuple[str, str], list[tuple[NodeGroup, AccelGroup]]] = {}
+    for g in site.node_groups:
+        for a in g.accelerators:
+            members.setdefault((a.model.id, g.architecture), []).append((g, a))
+    out = [
+        Pool(key=f"{mid}|{arch}", model=mid, arch=arch,
+             per_node=max(a.count for _, a in ms),
+             devices=sum(a.count * g.node_count for g, a in ms),
+             partitions=tuple(dict.fromkeys(p for g, _ in ms for p in g.partitions)))
+        for (mid, arch), ms in members.items()
+    ]
+    return sorted(out, key=lambda p: (site.catalog[p.model].units, p.model, p.arch))
+
+
+def bridge_context(site: Site, policies: tuple[EnergyPolicy, ...] = DEFAULT_POLICIES) -> dict[str, object]:
+    """Template variables for job_submit.lua."""
+    models = site.models_in_use
+    groups: dict[str, list[str]] = {"any": [m.id for m in models]}
+    for m in models:
+        for word in (m.vendor, m.stack):
+            groups.setdefault(word, []).append(m.id)
+    aliases = {m.gres_type: m.id for m in models if m.gres_type != m.id}
+    return {
+        "models": models,
+        "model_groups": groups,
+        "model_aliases": aliases,
+        "pools": pools(site),
+        "tiers": [q.name for q in site.qos],
+        "policies": policies,
+        "arch_values": ARCH_VALUES,
+    }

@@ -1,0 +1,1 @@
+"""Energy-aware frequency policies."""
