@@ -101,6 +101,7 @@ def test_snapshot_backlog_when_nothing_is_free(js: JobSubmit, site: Site, state:
     caps["a100-80gb|x86_64"].pending = 1  # the shortest queue
     (state / "hetero-snapshot.lua").write_text(to_lua(caps, js.now))
     rc, desc = js.submit({"accel": "nvidia:2"})
+    assert rc == 0
     d = decision(desc)
     assert (d["model"], d["why"]) == ("a100-80gb", "least-backlog")
 
