@@ -41,8 +41,11 @@ class JobSubmit:
                **fields: Any) -> tuple[int, dict[str, Any]]:
         """slurm_job_submit on a job_desc of `fields` plus hetero options; (rc, job_desc)."""
         env = {OPTION_PREFIX + k: v for k, v in (options or {}).items()}
-        if srun:
-            fields["spank_job_env"] = self.lua.table_from([f"{k}={v}" for k, v in env.items()])
+        if srun:  # slurmctld fills spank_job_env from index 0, as a C array
+            senv = self.lua.table()
+            for i, (k, v) in enumerate(env.items()):
+                senv[i] = f"{k}={v}"
+            fields["spank_job_env"] = senv
         else:
             fields["environment"] = self.lua.table_from(env)
         desc = self.lua.table_from(fields)

@@ -143,7 +143,7 @@ local function read_options(job_desc)
         local key = OPTION_PREFIX .. name
         local v = env and env[key]
         if v == nil and senv then  -- srun/salloc carry options in the SPANK job env
-            for _, kv in ipairs(senv) do
+            for _, kv in pairs(senv) do  -- slurmctld fills it from index 0: not ipairs
                 if string.sub(kv, 1, #key + 1) == key .. "=" then v = string.sub(kv, #key + 2) end
             end
         end

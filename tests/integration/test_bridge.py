@@ -1,0 +1,151 @@
+"""The SPANK plugin and the job_submit.lua bridge through real sbatch, srun and salloc."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import time
+
+import pytest
+
+from slurm_hetero.devcluster import Cluster
+from slurm_hetero.slurm.jobs import sacct_jobs, submit, wait_done
+from slurm_hetero.slurm.parse import parse_kv_record
+
+
+def show_job(c: Cluster, jid: int) -> dict[str, str]:
+    return parse_kv_record(c.runner.out(["scontrol", "show", "job", str(jid)]))
+
+
+def sbatch(c: Cluster, *args: str) -> subprocess.CompletedProcess[str]:
+    return c.runner.run(["sbatch", "--parsable", "-o", "/dev/null", *args, "--wrap", "true"],
+                        check=False)
+
+
+FORMS = [
+    # options, TresPerNode, partition, features, QOS, extra fields
+    (["--accel=a100-80gb:2"], "gres:gpu:a100-80gb:2", "gpu", "x86_64", "gold", {}),
+    (["--accel=cann:8", "--tier=diamond"], "gres:npu:910b:8", "npu", "aarch64", "diamond", {}),
+    (["--accel=nvidia:1", "--arch=arm64"], "gres:gpu:gh200:1", "gpu", "aarch64", "gold", {}),
+    # With a fresh snapshot of an idle cluster: the fewest units that start now (4 A100 = 4.0
+    # units beat 5 Ascend 910B = 4.65; the static order would have taken the 910Bs).
+    (["--accel=units=4", "--energy=efficiency"], "gres:gpu:a100-80gb:4", "gpu", "x86_64", "gold",
+     {"TresFreq": "gpu:low"}),
+    (["--accel=h100:1,mem>=80G", "--energy=performance", "--tier=silver"], "gres:gpu:h100:1", "gpu",
+     "x86_64", "silver", {"TresFreq": "gpu:high"}),
+    (["--arch=aarch64", "-c", "4"], None, "cpu", "aarch64", "gold", {}),
+]
+
+
+@pytest.mark.parametrize(("opts", "tres", "partition", "features", "qos", "extra"), FORMS)
+def test_option_forms_through_sbatch(cluster: Cluster, opts: list[str], tres: str | None,
+                                     partition: str, features: str, qos: str,
+                                     extra: dict[str, str]) -> None:
+    r = sbatch(cluster, *opts)
+    assert r.returncode == 0, r.stderr
+    jid = int(r.stdout.strip())
+    job = show_job(cluster, jid)
+    assert job.get("TresPerNode", "(null)") == (tres or "(null)")
+    assert (job["Partition"], job["Features"], job["QOS"]) == (partition, features, qos)
+    for k, v in extra.items():
+        assert job[k] == v
+    decision = json.loads(job["AdminComment"])
+    assert decision["hetero"] == 1
+    wait_done(cluster.runner, [jid], timeout=60)
+    row = sacct_jobs(cluster.runner, [jid])[jid]
+    assert row["State"] == "COMPLETED", row
+    node_features = cluster.nodes()[row["NodeList"]].features
+    assert features in node_features
+    if tres:
+        assert decision["model"] in node_features
+
+
+def _snapshot_shows(c: Cluster, key: str, free: int, timeout: float = 20) -> None:
+    pattern = re.compile(rf'\["{re.escape(key)}"\] = {{ total = \d+, free = {free},')
+    path = c.state / "hetero-snapshot.lua"
+    deadline = time.monotonic() + timeout
+    while not pattern.search(path.read_text()):
+        assert time.monotonic() < deadline, path.read_text()
+        time.sleep(0.5)
+
+
+def test_any_goes_to_the_free_pool(cluster: Cluster) -> None:
+    """Static order puts any:2 on the V100s; with them full, it lands where it starts now."""
+    _snapshot_shows(cluster, "v100|x86_64", 4)
+    r = sbatch(cluster, "-H", "--accel=any:2")
+    held = int(r.stdout)
+    assert json.loads(show_job(cluster, held)["AdminComment"])["model"] == "v100"
+    filler = submit(cluster.runner, ["--gres=gpu:v100:4", "-o", "/dev/null"], "sleep 120")
+    try:
+        _snapshot_shows(cluster, "v100|x86_64", 0)
+        r = sbatch(cluster, "--accel=any:2")
+        assert r.returncode == 0, r.stderr
+        jid = int(r.stdout)
+        decision = json.loads(show_job(cluster, jid)["AdminComment"])
+        assert (decision["model"], decision["why"]) == ("ascend-910b", "starts-now")
+        wait_done(cluster.runner, [jid], timeout=60)
+        assert sacct_jobs(cluster.runner, [jid])[jid]["NodeList"].startswith("npu-")
+    finally:
+        cluster.runner.run(["scancel", str(filler), str(held)], check=False)
+
+
+@pytest.mark.parametrize(("opts", "message"), [
+    (["--accel=a100-80:1"], "hetero: --accel=a100-80:1: unknown model, vendor or stack 'a100-80'"),
+    (["--accel=910b:1", "--arch=x86_64"], "hetero: --accel=910b:1: no pool of this site satisfies it on x86_64"),
+    (["--accel=any:2", "--gres=gpu:1"], "conflicts with --gres/--gpus"),
+    (["--tier=platinum"], "hetero: --tier="),
+    (["--energy=turbo"], "hetero: --energy="),
+    (["--arch=sparc"], "hetero: --arch="),
+    (["--accel=any:0"], "hetero: --accel="),
+])
+def test_invalid_values_rejected_with_a_message(cluster: Cluster, opts: list[str], message: str) -> None:
+    r = sbatch(cluster, *opts)
+    assert r.returncode != 0
+    assert message in r.stderr, r.stderr
+    assert len([ln for ln in r.stderr.splitlines() if "hetero:" in ln]) == 1, r.stderr
+
+
+HOSTILE = ["a;rm -rf /tmp/x", "$(id)", "`id`", "a\nb", "x" * 10_000, "g\u00f6ld", "", "%s%s%n",
+           "../../etc/passwd", "any:2,mem>=80G;reboot"]
+
+
+@pytest.mark.parametrize("option", ["accel", "arch", "energy", "tier", "image"])
+@pytest.mark.parametrize("client", ["sbatch", "srun", "salloc"])
+def test_hostile_values_rejected_cleanly(cluster: Cluster, client: str, option: str) -> None:
+    for value in HOSTILE:
+        argv = [client, f"--{option}={value}"]
+        argv += ["--wrap", "true", "-o", "/dev/null"] if client == "sbatch" else ["true"]
+        r = cluster.runner.run(argv, check=False, timeout=30)
+        # An error exit (Slurm's clients exit 1 or 255), never success or a signal (< 0).
+        assert r.returncode > 0, (argv, r.returncode, r.stderr)
+        assert "hetero:" in r.stderr, (argv, r.stderr)
+    assert "UP" in cluster.runner.out(["scontrol", "ping"])
+
+
+def test_repeated_option_last_wins(cluster: Cluster) -> None:
+    r = sbatch(cluster, "-H", "--tier=silver", "--tier=diamond")
+    jid = int(r.stdout)
+    assert show_job(cluster, jid)["QOS"] == "diamond"
+    cluster.runner.run(["scancel", str(jid)])
+
+
+def test_srun_and_salloc_take_the_options(cluster: Cluster) -> None:
+    # Every emulated node runs on this host: the node's name is in SLURMD_NODENAME.
+    out = cluster.runner.out(["srun", "--accel=cann:1", "--tier=silver", "printenv", "SLURMD_NODENAME"],
+                             timeout=60)
+    assert out.strip().startswith("npu-")
+    r = cluster.runner.run(["salloc", "--accel=nvidia:1", "--arch=aarch64", "srun", "printenv",
+                            "SLURMD_NODENAME"], check=False, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "gh200-01"
+
+
+def test_plain_jobs_pass_untouched(cluster: Cluster) -> None:
+    r = sbatch(cluster, "-H", "--gres=gpu:a100-80gb:1", "-p", "gpu", "-C", "x86_64", "--qos=silver")
+    jid = int(r.stdout)
+    job = show_job(cluster, jid)
+    cluster.runner.run(["scancel", str(jid)])
+    assert (job["TresPerNode"], job["Partition"], job["Features"], job["QOS"]) == (
+        "gres:gpu:a100-80gb:1", "gpu", "x86_64", "silver")
+    assert job.get("AdminComment", "") == ""
