@@ -1,19 +1,27 @@
-"""`make demo`: boot the demo cluster, run jobs that need different hardware, show where."""
+"""`make demo`: boot the demo cluster, run jobs that need different hardware, show where.
+
+Part 1 submits plain Slurm requests; part 2 the same needs through the bridge's options
+(--accel/--arch/--energy/--tier), including `--accel=any:2` while the cheapest pool is full,
+and a typo the bridge rejects.
+"""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
 
+from slurm_hetero.bridge.snapshot import wait_for_pool
 from slurm_hetero.devcluster import Cluster
+from slurm_hetero.errors import RuntimeFailure
 from slurm_hetero.site import load_site
 from slurm_hetero.slurm.jobs import sacct_jobs, submit, wait_done
 from slurm_hetero.slurm.parse import parse_tres
+from slurm_hetero.slurm.runner import Runner
 
-# (what the user wants, plain Slurm options). Later issues add bridge options here.
-DEMO_JOBS: list[tuple[str, list[str]]] = [
+PLAIN_JOBS: list[tuple[str, list[str]]] = [
     ("1 NPU on an ARM node", ["--gres=npu:1", "-C", "aarch64"]),
     ("1 H100", ["--gres=gpu:h100:1"]),
     ("2 A100-80GB", ["--gres=gpu:a100-80gb:2"]),
@@ -22,7 +30,61 @@ DEMO_JOBS: list[tuple[str, list[str]]] = [
     ("32 CPUs, x86", ["-c", "32", "-C", "x86_64"]),
     ("64 CPUs, ARM", ["-c", "64", "-C", "aarch64"]),
 ]
-PROBE = 'echo "$(hostname) gpus=${CUDA_VISIBLE_DEVICES:-none}"'
+BRIDGE_JOBS: list[tuple[str, list[str]]] = [
+    ("any 2 accelerators (V100s busy)", ["--accel=any:2"]),
+    ("an NVIDIA GPU on ARM", ["--accel=nvidia:1", "--arch=aarch64"]),
+    ("4 normalized units, top tier, frugal", ["--accel=units=4", "--tier=diamond", "--energy=efficiency"]),
+    ("2 GPUs with >= 80 GB each", ["--accel=nvidia:2,mem>=80G", "--tier=silver"]),
+    ("8 Ascend NPUs (CANN)", ["--accel=cann:8"]),
+]
+TYPO = ["--accel=a100-80:1"]
+PROBE = 'echo "$SLURMD_NODENAME gpus=${CUDA_VISIBLE_DEVICES:-none}"'
+
+
+def _got(alloc_tres: str) -> str:
+    tres = parse_tres(alloc_tres)
+    typed = {k.split(":")[0] for k in tres if k.startswith("gres/") and ":" in k}
+    return " ".join(f"{k.removeprefix('gres/')}={v}" for k, v in tres.items()
+                    if k == "cpu" or (k.startswith("gres/") and (":" in k or k not in typed)))
+
+
+def _run_jobs(runner: Runner, jobs: list[tuple[str, list[str]]], out_dir: Path
+              ) -> dict[int, tuple[str, list[str]]]:
+    ids = {}
+    for label, opts in jobs:
+        jid = submit(runner, [*opts, "-J", "demo", f"--output={out_dir}/%j.out"], PROBE)
+        ids[jid] = (label, opts)
+    return ids
+
+
+def _table(title: str, runner: Runner, ids: dict[int, tuple[str, list[str]]],
+           decisions: bool) -> tuple[Table, int]:
+    wait_done(runner, list(ids))
+    fields = ["JobID", "Partition", "NodeList", "State", "AllocTRES", "QOS", "AdminComment", "End"]
+    rows = sacct_jobs(runner, list(ids), fields, require=["AdminComment"] if decisions else [])
+    t = Table(title=title)
+    cols = ["job", "asked for", "options", "partition", "node", "state", "got", "qos"]
+    for col in cols + (["bridge chose"] if decisions else []):
+        t.add_column(col)
+    failed = 0
+    for jid, (label, opts) in ids.items():
+        r = rows.get(jid, {})
+        state = r.get("State", "?")
+        failed += state != "COMPLETED"
+        cells = [str(jid), label, " ".join(opts), r.get("Partition", ""), r.get("NodeList", ""),
+                 state if state == "COMPLETED" else f"[red]{state}[/red]", _got(r.get("AllocTRES", "")),
+                 r.get("QOS", "")]
+        if decisions:
+            try:
+                d = json.loads(r.get("AdminComment", "") or "{}")
+            except ValueError:
+                d = {}
+            chose = f"{d.get('model', '-')} ({d.get('why', '-')})" if "model" in d else "-"
+            if "energy" in d:
+                chose += f", energy {d['energy']}"
+            cells.append(chose)
+        t.add_row(*cells)
+    return t, failed
 
 
 def run_demo(site_path: Path, workdir: Path, console: Console) -> int:
@@ -34,28 +96,28 @@ def run_demo(site_path: Path, workdir: Path, console: Console) -> int:
     out_dir = cluster.workdir / "jobs"
     out_dir.mkdir(exist_ok=True)
     runner = cluster.runner
-    ids = {}
-    for label, opts in DEMO_JOBS:
-        jid = submit(runner, [*opts, "-J", "demo", f"--output={out_dir}/%j.out"], PROBE)
-        ids[jid] = (label, opts)
-    wait_done(runner, list(ids))
-    rows = sacct_jobs(runner, list(ids))
-    t = Table(title="demo jobs: what each asked for, where it ran, what it got")
-    for col in ("job", "asked for", "sbatch options", "partition", "node", "state", "got",
-                "billing"):
-        t.add_column(col)
-    failed = 0
-    for jid, (label, opts) in ids.items():
-        r = rows.get(jid, {})
-        tres = parse_tres(r.get("AllocTRES", ""))
-        got = " ".join(f"{k.removeprefix('gres/')}={v}" for k, v in tres.items()
-                       if (k.startswith("gres/") and ":" in k) or k == "cpu")
-        state = r.get("State", "?")
-        failed += state != "COMPLETED"
-        t.add_row(str(jid), label, " ".join(opts), r.get("Partition", ""), r.get("NodeList", ""),
-                  state if state == "COMPLETED" else f"[red]{state}[/red]", got,
-                  tres.get("billing", ""))
-    console.print(t)
-    console.print(f"the cluster stays up. use it:  [bold]export SLURM_CONF={cluster.conf}[/bold]")
+
+    ids = _run_jobs(runner, PLAIN_JOBS, out_dir)
+    table, failed = _table("1. plain Slurm requests: where each ran, what it got", runner, ids, False)
+    console.print(table)
+
+    # Fill the cheapest pool first: `any:2` must then go where it can start now.
+    snapshot = cluster.state / "hetero-snapshot.lua"
+    filler = submit(runner, ["--gres=gpu:v100:4", "-J", "filler", "-o", "/dev/null"], "sleep 300")
+    try:
+        if not wait_for_pool(snapshot, "v100@x86_64", 0):
+            raise RuntimeFailure("the capacity snapshot did not see the V100s fill up")
+        ids = _run_jobs(runner, BRIDGE_JOBS, out_dir)
+        table, failed2 = _table("2. the same needs through the bridge (V100 pool full)", runner, ids, True)
+    finally:
+        runner.run(["scancel", str(filler)], check=False)
+    console.print(table)
+    r = runner.run(["sbatch", *TYPO, "--wrap", "true"], check=False)
+    console.print(f"3. a typo is rejected before it queues: [bold]sbatch {' '.join(TYPO)}[/bold] "
+                  f"(exit {r.returncode})")
+    console.print("\n".join(f"   {ln}" for ln in r.stderr.strip().splitlines()), markup=False)
+
+    console.print(f"\nthe cluster stays up. use it:  [bold]export SLURM_CONF={cluster.conf}[/bold]")
+    console.print("   e.g. sbatch --accel=any:2 --tier=gold --wrap 'echo $SLURMD_NODENAME'")
     console.print(f"stop it: slurm-hetero cluster down --workdir {cluster.workdir}")
-    return 1 if failed else 0
+    return 1 if failed or failed2 or r.returncode == 0 else 0

@@ -54,7 +54,7 @@ def build_snapshot(site: Site, sinfo_text: str, squeue_text: str) -> dict[str, P
         for name_type, count in parse_gres(gres).items():
             name, _, gtype = name_type.partition(":")
             mid = model_of.get((name, gtype))
-            cap = caps.get(f"{mid}|{arch}")
+            cap = caps.get(f"{mid}@{arch}")
             if cap is None:
                 continue  # shards and GRES the bridge does not place
             free = max(0, count - used_by.get(name_type, 0)) if usable else 0
@@ -76,8 +76,8 @@ def build_snapshot(site: Site, sinfo_text: str, squeue_text: str) -> dict[str, P
             for (gname, t), mid in model_of.items():
                 if gname == name and gtype in ("", t):
                     for arch in arches:
-                        if f"{mid}|{arch}" in caps:
-                            caps[f"{mid}|{arch}"].pending += count
+                        if f"{mid}@{arch}" in caps:
+                            caps[f"{mid}@{arch}"].pending += count
     return caps
 
 
@@ -135,3 +135,25 @@ def run_loop(site: Site, runner: Runner, path: Path, every: float, count: int | 
         rounds += 1
         while not stop and time.monotonic() - t0 < every and (count is None or rounds < count):
             time.sleep(0.1)
+
+
+def pool_free(path: Path, key: str) -> int | None:
+    """Free devices of one pool in a written snapshot (None if absent or unreadable)."""
+    import re
+
+    try:
+        text = path.read_text()
+    except OSError:
+        return None
+    m = re.search(rf'\["{re.escape(key)}"\] = {{ total = \d+, free = (\d+),', text)
+    return int(m.group(1)) if m else None
+
+
+def wait_for_pool(path: Path, key: str, free: int, timeout: float = 20.0) -> bool:
+    """Wait until the snapshot shows `free` devices free in the pool `key`."""
+    deadline = time.monotonic() + timeout
+    while pool_free(path, key) != free:
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.3)
+    return True

@@ -18,7 +18,7 @@ ARCH_VALUES = {"any": "any", "x86_64": "x86_64", "aarch64": "aarch64", "arm64": 
 
 @dataclass(frozen=True)
 class Pool:
-    key: str  # "model|arch"
+    key: str  # "model@arch"
     model: str
     arch: str
     per_node: int  # largest device count on one node of the pool
@@ -32,7 +32,7 @@ def pools(site: Site) -> list[Pool]:
         for a in g.accelerators:
             members.setdefault((a.model.id, g.architecture), []).append((g, a))
     out = [
-        Pool(key=f"{mid}|{arch}", model=mid, arch=arch,
+        Pool(key=f"{mid}@{arch}", model=mid, arch=arch,
              per_node=max(a.count for _, a in ms),
              devices=sum(a.count * g.node_count for g, a in ms),
              partitions=tuple(dict.fromkeys(p for g, _ in ms for p in g.partitions)))

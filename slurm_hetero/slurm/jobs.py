@@ -6,7 +6,7 @@ import time
 from collections.abc import Sequence
 
 from slurm_hetero.errors import RuntimeFailure
-from slurm_hetero.slurm.parse import parse_sacct
+from slurm_hetero.slurm.parse import SACCT_DELIMITER, parse_sacct
 from slurm_hetero.slurm.runner import Runner
 
 SACCT_FIELDS = ["JobID", "JobName", "Partition", "NodeList", "State", "ExitCode", "AllocTRES",
@@ -33,16 +33,20 @@ def wait_done(runner: Runner, ids: Sequence[int], timeout: float = 120.0) -> Non
 
 
 def sacct_jobs(runner: Runner, ids: Sequence[int], fields: Sequence[str] = SACCT_FIELDS,
-               timeout: float = 30.0) -> dict[int, dict[str, str]]:
-    """Allocation lines (-X) of the jobs, waiting until slurmdbd has recorded their end."""
-    argv = ["sacct", "-X", "-n", "-P", "-j", ",".join(map(str, ids)), "-o", ",".join(fields)]
+               timeout: float = 30.0, require: Sequence[str] = ()) -> dict[int, dict[str, str]]:
+    """Allocation lines (-X) of the jobs, once slurmdbd has recorded their end.
+
+    slurmdbd learns a short job's details (partition, admin comment) after its end: wait
+    for those too, and for any field in `require` to be non-empty."""
+    argv = ["sacct", "-X", "-n", "-P", f"--delimiter={SACCT_DELIMITER}", "-j",
+            ",".join(map(str, ids)), "-o", ",".join(fields)]
     deadline = time.monotonic() + timeout
     while True:
-        rows = parse_sacct(runner.out(argv), list(fields))
+        rows = parse_sacct(runner.out(argv), list(fields), SACCT_DELIMITER)
         by_id = {int(r["JobID"]): r for r in rows if r["JobID"].isdigit()}
-        # slurmdbd learns a short job's details after its end: wait for both.
         ended = all(i in by_id and by_id[i].get("End", "x") not in ("Unknown", "")
-                    and by_id[i].get("Partition", "x") != "" for i in ids)
+                    and by_id[i].get("Partition", "x") != ""
+                    and all(by_id[i].get(f) for f in require) for i in ids)
         if ended or time.monotonic() > deadline:
             return by_id
         time.sleep(0.5)

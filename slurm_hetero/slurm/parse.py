@@ -80,13 +80,17 @@ def parse_gres(text: str) -> dict[str, int]:
     return out
 
 
-def parse_sacct(text: str, fields: list[str]) -> list[dict[str, str]]:
-    """Parse `sacct -P -n -o f1,f2,...` into one dict per line (job steps included)."""
+# Job names and admin comments may hold "|": ask sacct for the ASCII unit separator instead.
+SACCT_DELIMITER = "\x1f"
+
+
+def parse_sacct(text: str, fields: list[str], sep: str = "|") -> list[dict[str, str]]:
+    """Parse `sacct -P -n -o f1,f2,... [--delimiter=SEP]` into one dict per line."""
     rows = []
     for line in text.splitlines():
         if not line:
             continue
-        values = line.split("|", len(fields) - 1)
+        values = line.split(sep, len(fields) - 1)
         if len(values) != len(fields):
             raise ValueError(f"sacct line has {len(values)} fields, expected {len(fields)}: {line!r}")
         rows.append(dict(zip(fields, values, strict=True)))

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import json
-import re
 import subprocess
-import time
 
 import pytest
 
+from slurm_hetero.bridge.snapshot import wait_for_pool
 from slurm_hetero.devcluster import Cluster
 from slurm_hetero.slurm.jobs import sacct_jobs, submit, wait_done
 from slurm_hetero.slurm.parse import parse_kv_record
@@ -61,24 +60,20 @@ def test_option_forms_through_sbatch(cluster: Cluster, opts: list[str], tres: st
         assert decision["model"] in node_features
 
 
-def _snapshot_shows(c: Cluster, key: str, free: int, timeout: float = 20) -> None:
-    pattern = re.compile(rf'\["{re.escape(key)}"\] = {{ total = \d+, free = {free},')
-    path = c.state / "hetero-snapshot.lua"
-    deadline = time.monotonic() + timeout
-    while not pattern.search(path.read_text()):
-        assert time.monotonic() < deadline, path.read_text()
-        time.sleep(0.5)
+def _snapshot_shows(c: Cluster, key: str, free: int) -> None:
+    assert wait_for_pool(c.state / "hetero-snapshot.lua", key, free), \
+        (c.state / "hetero-snapshot.lua").read_text()
 
 
 def test_any_goes_to_the_free_pool(cluster: Cluster) -> None:
     """Static order puts any:2 on the V100s; with them full, it lands where it starts now."""
-    _snapshot_shows(cluster, "v100|x86_64", 4)
+    _snapshot_shows(cluster, "v100@x86_64", 4)
     r = sbatch(cluster, "-H", "--accel=any:2")
     held = int(r.stdout)
     assert json.loads(show_job(cluster, held)["AdminComment"])["model"] == "v100"
     filler = submit(cluster.runner, ["--gres=gpu:v100:4", "-o", "/dev/null"], "sleep 120")
     try:
-        _snapshot_shows(cluster, "v100|x86_64", 0)
+        _snapshot_shows(cluster, "v100@x86_64", 0)
         r = sbatch(cluster, "--accel=any:2")
         assert r.returncode == 0, r.stderr
         jid = int(r.stdout)

@@ -72,7 +72,7 @@ def test_static_order(js: JobSubmit, opts: dict[str, str], tres: str, partition:
     assert rc == 0, js.logs
     assert (desc["tres_per_node"], desc["partition"], desc["features"]) == (tres, partition, arch)
     d = decision(desc)
-    assert d["why"] == "static" and d["pool"] == f"{d['model']}|{arch}"
+    assert d["why"] == "static" and d["pool"] == f"{d['model']}@{arch}"
     assert ("info", "slurm-hetero: capacity snapshot missing: static order applies") in js.logs
 
 
@@ -98,7 +98,7 @@ def test_fresh_snapshot_picks_pool_that_starts_now(js: JobSubmit, site: Site, st
 def test_snapshot_backlog_when_nothing_is_free(js: JobSubmit, site: Site, state: Path) -> None:
     caps = {p.key: PoolCapacity(total=p.devices, free=0, free_max_node=0, pending=p.devices)
             for p in pools(site)}
-    caps["a100-80gb|x86_64"].pending = 1  # the shortest queue
+    caps["a100-80gb@x86_64"].pending = 1  # the shortest queue
     (state / "hetero-snapshot.lua").write_text(to_lua(caps, js.now))
     rc, desc = js.submit({"accel": "nvidia:2"})
     assert rc == 0

@@ -37,11 +37,11 @@ local MODEL_ALIASES = {
 }
 -- Pools in the static order (smallest model first): used as is without a fresh snapshot.
 local POOLS = {
-    { key = "v100|x86_64", model = "v100", arch = "x86_64", per_node = 4, partitions = "gpu" },
-    { key = "ascend-910b|aarch64", model = "ascend-910b", arch = "aarch64", per_node = 8, partitions = "npu" },
-    { key = "a100-80gb|x86_64", model = "a100-80gb", arch = "x86_64", per_node = 4, partitions = "gpu" },
-    { key = "h100|x86_64", model = "h100", arch = "x86_64", per_node = 8, partitions = "gpu" },
-    { key = "gh200|aarch64", model = "gh200", arch = "aarch64", per_node = 1, partitions = "gpu" },
+    { key = "v100@x86_64", model = "v100", arch = "x86_64", per_node = 4, partitions = "gpu" },
+    { key = "ascend-910b@aarch64", model = "ascend-910b", arch = "aarch64", per_node = 8, partitions = "npu" },
+    { key = "a100-80gb@x86_64", model = "a100-80gb", arch = "x86_64", per_node = 4, partitions = "gpu" },
+    { key = "h100@x86_64", model = "h100", arch = "x86_64", per_node = 8, partitions = "gpu" },
+    { key = "gh200@aarch64", model = "gh200", arch = "aarch64", per_node = 1, partitions = "gpu" },
 }
 local ARCHES = {
     ["any"] = "any",
