@@ -51,9 +51,9 @@ test: deps venv spank lint
 golden: venv
 	$(BIN)/python -m tests.unit.test_render --regenerate
 
+# Benchmarks print figures (never asserted in tests); each script's docstring says what.
 bench: deps venv spank
-	$(BIN)/python benchmarks/render_10k.py
-	$(BIN)/python benchmarks/cluster_up.py
+	@for b in benchmarks/*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
 
 fuzz: deps
 	$(MAKE) -C spank fuzz && spank/fuzz/run.sh 600

@@ -14,7 +14,7 @@ from slurm_hetero.bridge.tables import pools
 from slurm_hetero.conf import Profile, render_site
 from slurm_hetero.energy.policies import CPU_GOVERNORS
 from slurm_hetero.site import Site, load_site
-from tests.lua.harness import JobSubmit
+from slurm_hetero.bridge.luarun import JobSubmit
 
 DEMO = Path(__file__).resolve().parents[2] / "site" / "demo" / "site.yaml"
 

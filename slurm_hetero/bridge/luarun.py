@@ -1,5 +1,7 @@
 """Run a generated job_submit.lua under Lua 5.1 (lupa) with a fake `slurm` table.
 
+Used by the Lua unit tests and the benchmarks: the same script slurmctld runs, in-process.
+
 The fake records slurm.log_* lines; `now` replaces os.time so tests control snapshot age.
 """
 
