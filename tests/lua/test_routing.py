@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from slurm_hetero.bridge.luarun import JobSubmit
 from slurm_hetero.conf import render_site
 from slurm_hetero.site import load_site
-from slurm_hetero.bridge.luarun import JobSubmit
 
 DEMO = Path(__file__).resolve().parents[2] / "site" / "demo" / "site.yaml"
 
