@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from slurm_hetero.energy.policies import DEFAULT_POLICIES, EnergyPolicy
 from slurm_hetero.site.model import AccelGroup, NodeGroup, Site
 
 ARCH_VALUES = {"any": "any", "x86_64": "x86_64", "aarch64": "aarch64", "arm64": "aarch64",
@@ -41,7 +40,7 @@ def pools(site: Site) -> list[Pool]:
     return sorted(out, key=lambda p: (site.catalog[p.model].units, p.model, p.arch))
 
 
-def bridge_context(site: Site, policies: tuple[EnergyPolicy, ...] = DEFAULT_POLICIES) -> dict[str, object]:
+def bridge_context(site: Site) -> dict[str, object]:
     """Template variables for job_submit.lua."""
     models = site.models_in_use
     groups: dict[str, list[str]] = {"any": [m.id for m in models]}
@@ -55,6 +54,6 @@ def bridge_context(site: Site, policies: tuple[EnergyPolicy, ...] = DEFAULT_POLI
         "model_aliases": aliases,
         "pools": pools(site),
         "tiers": [q.name for q in site.qos],
-        "policies": policies,
+        "policies": site.energy_policies,
         "arch_values": ARCH_VALUES,
     }

@@ -1,12 +1,14 @@
-"""Named energy policies and the Slurm-native settings the bridge applies at submit time.
+"""Named energy policies: what each sets through Slurm and what the node agent applies.
 
-Slurm's job_desc carries the CPU governor as a flag word (slurm.h CPU_FREQ_*), and GPU
-clocks as a `tres_freq` string (`gpu:low|medium|high|highm1|<MHz>`). The node agent applies
-what Slurm cannot (power caps, NPU power modes).
+Slurm carries the CPU governor as a flag word (slurm.h CPU_FREQ_*) and GPU clocks as a
+`tres_freq` string (`gpu:low|medium|high|highm1|<MHz>`); the bridge sets those at submit.
+Power caps and NPU power modes have no Slurm knob: the node agent applies them in Prolog.
 """
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 # slurm.h: CPU_FREQ_* governor flags (stable since 15.08, unchanged through 24.11).
@@ -18,25 +20,78 @@ CPU_GOVERNORS = {
     "userspace": 0x80800000,
     "schedutil": 0x80400000,
 }
+GPU_FREQ_LEVELS = ("low", "medium", "high", "highm1")
+_CAP = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(%|W)\s*$", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
 class EnergyPolicy:
     name: str
-    cpu_governor: str | None
-    gpu_freq: str | None  # Slurm --gpu-freq value: low, medium, high, highm1 or MHz
-    description: str
+    cpu_governor: str | None = None
+    gpu_freq: str | None = None  # Slurm --gpu-freq value: a level or MHz
+    gpu_power_cap: str | None = None  # "250W" or "60%" of the device's default limit
+    npu_power_mode: str | None = None
+    description: str = ""
 
     @property
     def cpu_freq_gov(self) -> int | None:
         return CPU_GOVERNORS[self.cpu_governor] if self.cpu_governor else None
 
+    def power_cap_watts(self, default_w: float) -> float | None:
+        """The cap for a device whose default limit is default_w (None: leave it)."""
+        if not self.gpu_power_cap:
+            return None
+        value, unit = parse_power_cap(self.gpu_power_cap)
+        return round(default_w * value / 100, 1) if unit == "%" else value
+
+
+def parse_power_cap(text: str) -> tuple[float, str]:
+    """`250W` → (250.0, "W"); `60%` → (60.0, "%").
+
+    >>> parse_power_cap("60%")
+    (60.0, '%')
+    """
+    m = _CAP.match(text)
+    if not m:
+        raise ValueError(f"cannot parse power cap {text!r}: use watts (250W) or a share of the default (60%)")
+    value, unit = float(m.group(1)), m.group(2).upper()
+    if unit == "%" and not 0 < value <= 100:
+        raise ValueError(f"power cap {text!r}: a share must be above 0% and at most 100%")
+    return value, unit
+
 
 DEFAULT_POLICIES: tuple[EnergyPolicy, ...] = (
-    EnergyPolicy("performance", "performance", "high", "highest clocks"),
-    EnergyPolicy("balanced", "schedutil", "medium", "default: clocks follow load"),
-    EnergyPolicy("efficiency", "powersave", "low", "lowest clocks: less energy, slower"),
-    # `auto` picks efficiency or balanced per job from its history (node agent, energy
-    # issue); until that history exists the bridge applies balanced and says so.
-    EnergyPolicy("auto", "schedutil", "medium", "efficiency for jobs known to be memory- or input-bound"),
+    EnergyPolicy("performance", "performance", "high", None, "high", "highest clocks, no cap"),
+    EnergyPolicy("balanced", "schedutil", "medium", None, "normal", "clocks follow load"),
+    EnergyPolicy("efficiency", "powersave", "low", "60%", "low",
+                 "lower clocks and a 60% power cap: less energy for memory- or input-bound work"),
+    # `auto` is resolved per job by the node agent from the job's own history (see AutoRule);
+    # until then the bridge applies balanced's Slurm settings.
+    EnergyPolicy("auto", "schedutil", "medium", None, "normal",
+                 "efficiency for jobs whose history shows low accelerator use, else balanced"),
 )
+
+
+@dataclass(frozen=True)
+class AutoRule:
+    """`auto` → efficiency when the same user's jobs of the same name, on their last
+    `window` runs (at least `min_jobs`), kept the accelerators under `util_below` busy on
+    average (memory- or input-bound work loses little at lower clocks); else balanced."""
+
+    util_below: float = 0.5
+    min_jobs: int = 2
+    window: int = 5
+
+    def choose(self, past_utils: Iterable[float]) -> tuple[str, str]:
+        recent = list(past_utils)[-self.window:]
+        if len(recent) < self.min_jobs:
+            return "balanced", f"{len(recent)} past runs < {self.min_jobs}: balanced"
+        mean = sum(recent) / len(recent)
+        if mean < self.util_below:
+            return "efficiency", (f"mean accelerator use {mean:.2f} < {self.util_below} "
+                                  f"over {len(recent)} runs")
+        return "balanced", f"mean accelerator use {mean:.2f} >= {self.util_below} over {len(recent)} runs"
+
+
+def policy_table(policies: Iterable[EnergyPolicy]) -> dict[str, EnergyPolicy]:
+    return {p.name: p for p in policies}

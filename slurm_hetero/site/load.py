@@ -18,6 +18,7 @@ import jsonschema
 import yaml
 from ClusterShell.NodeSet import NodeSet, NodeSetParseError
 
+from slurm_hetero.energy.policies import DEFAULT_POLICIES, AutoRule, EnergyPolicy, parse_power_cap
 from slurm_hetero.errors import InputError
 from slurm_hetero.site.catalog import (
     DEFAULT_WEIGHTS,
@@ -311,6 +312,26 @@ class _Builder:
                          "add it to some node group's partitions, or remove it")
         return tuple(groups)
 
+    def energy(self) -> tuple[tuple[EnergyPolicy, ...], AutoRule]:
+        items = self.data.get("energy_policies")
+        if not items:
+            return DEFAULT_POLICIES, AutoRule(**(self.data.get("energy_auto") or {}))
+        policies, seen = [], set()
+        for i, p in enumerate(items):
+            if p["name"] in seen:
+                self.err(("energy_policies", i, "name"), f"duplicate energy policy {p['name']!r}")
+            seen.add(p["name"])
+            if "gpu_power_cap" in p:
+                try:
+                    parse_power_cap(p["gpu_power_cap"])
+                except ValueError as e:
+                    self.err(("energy_policies", i, "gpu_power_cap"), str(e))
+            policies.append(EnergyPolicy(**p))
+        if "auto" in seen and not {"efficiency", "balanced"} <= seen:
+            self.err(("energy_policies",), "policy 'auto' needs policies 'efficiency' and 'balanced'",
+                     "auto picks one of them per job")
+        return tuple(policies), AutoRule(**(self.data.get("energy_auto") or {}))
+
     def _quantity(self, parse: Any, value: Any, path: Path_) -> float | int | None:
         try:
             result: float | int = parse(value)
@@ -339,12 +360,14 @@ def load_site_text(text: str, source: str = "<site>", path: Path | None = None) 
     partitions = b.partitions()
     qos, default_qos = b.qos()
     groups = b.node_groups(models, {p.name for p in partitions})
+    policies, auto = b.energy()
     if b.problems:
         raise SiteError(source, [p.format(source, positions) for p in b.problems])
     billing = Billing(**(data.get("billing") or {}))
     return Site(name=data["name"], path=path, description=data.get("description", ""),
                 catalog=models, normalization=norm, node_groups=groups, partitions=partitions,
-                qos=qos, default_qos=default_qos, billing=billing)
+                qos=qos, default_qos=default_qos, billing=billing, energy_policies=policies,
+                energy_auto=auto)
 
 
 def load_site(path: str | Path) -> Site:

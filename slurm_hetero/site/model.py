@@ -7,6 +7,7 @@ from pathlib import Path
 
 from ClusterShell.NodeSet import NodeSet
 
+from slurm_hetero.energy.policies import DEFAULT_POLICIES, AutoRule, EnergyPolicy
 from slurm_hetero.site.catalog import AccelModel, Normalization
 from slurm_hetero.site.units import size_gb_label
 
@@ -112,6 +113,8 @@ class Site:
     qos: tuple[QosTier, ...]
     default_qos: str
     billing: Billing = field(default_factory=Billing)
+    energy_policies: tuple[EnergyPolicy, ...] = DEFAULT_POLICIES
+    energy_auto: AutoRule = field(default_factory=AutoRule)
 
     @property
     def models_in_use(self) -> list[AccelModel]:

@@ -115,3 +115,23 @@ def parse_kv_record(text: str) -> dict[str, str]:
         for m in re.finditer(r"(\w[\w/:.]*)=(.*?)(?=\s+\w[\w/:.]*=|$)", line):
             out[m.group(1)] = m.group(2)
     return out
+
+
+def parse_job_gres_idx(text: str, node: str) -> dict[str, list[int]]:
+    """Device indices a job holds on `node`, from `scontrol show job -d`.
+
+    Lines look like `Nodes=a100-[01-02] CPU_IDs=0-1 Mem=2048 GRES=gpu:a100-80gb:2(IDX:0-1)`;
+    the result is keyed by GRES name: {"gpu": [0, 1]}.
+    """
+    from ClusterShell.NodeSet import NodeSet
+
+    out: dict[str, list[int]] = {}
+    for line in text.splitlines():
+        m = re.search(r"\bNodes=(\S+) .*\bGRES=(\S+)", line)
+        if not m or node not in NodeSet(m.group(1)):
+            continue
+        for name, idx in re.findall(r"(?:^|,)([\w-]+)(?::[\w.-]+)*:\d+\(IDX:([\d,\-]+)\)", m.group(2)):
+            for part in idx.split(","):
+                lo, _, hi = part.partition("-")
+                out.setdefault(name, []).extend(range(int(lo), int(hi or lo) + 1))
+    return out

@@ -1,0 +1,353 @@
+"""The node agent: Slurm Prolog/Epilog that apply a job's energy policy and meter its energy.
+
+Prolog: find the job's devices on this node, repair devices a crashed job left changed,
+resolve the policy (`auto` from the job's history), apply power caps / clock levels / NPU
+power modes to those devices only, and save the energy counters on disk.
+Epilog: read the counters, restore the defaults, append the run to the history, and merge
+energy (J), mean power and mean utilisation per device into the job's admin comment.
+
+Both always exit 0: a device without a control, or any error, is logged and skipped —
+never a failed job or a drained node. State lives in files, so a crash between prolog and
+epilog ends in restored defaults: the next prolog that gets the device, or `node restore`.
+The config is `hetero-agent.json` next to slurm.conf (Slurm gives Prolog SLURM_CONF).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from slurm_hetero.energy.comment import merge_comment
+from slurm_hetero.energy.devices import ControlUnsupported, DeviceLayer, open_devices
+from slurm_hetero.energy.policies import AutoRule, EnergyPolicy
+
+log = logging.getLogger("slurm-hetero.agent")
+KINDS = ("gpu", "npu")
+
+
+@dataclass
+class AgentConfig:
+    state_dir: Path
+    history: Path
+    groups: list[dict[str, str]]  # [{"nodes": hostlist, "devices": spec with {node}}]
+    policies: dict[str, EnergyPolicy]
+    auto: AutoRule
+    update_comment: bool = True
+
+    @classmethod
+    def load(cls, path: Path) -> AgentConfig:
+        d = json.loads(path.read_text())
+        return cls(state_dir=Path(d["state_dir"]), history=Path(d["history"]), groups=d["groups"],
+                   policies={k: EnergyPolicy(name=k, **v) for k, v in d["policies"].items()},
+                   auto=AutoRule(**d.get("auto", {})), update_comment=d.get("update_comment", True))
+
+    def devices_for(self, node: str) -> str | None:
+        from ClusterShell.NodeSet import NodeSet
+
+        for g in self.groups:
+            if node in NodeSet(g["nodes"]):
+                return g["devices"].replace("{node}", node)
+        return None
+
+
+def config_path() -> Path:
+    conf = os.environ.get("SLURM_CONF", "/etc/slurm/slurm.conf")
+    return Path(os.environ.get("SLURM_HETERO_AGENT", Path(conf).parent / "hetero-agent.json"))
+
+
+# ---- Slurm access (the agent runs where the Slurm clients are; argv lists, no shell) ----
+
+def scontrol(*args: str, timeout: float = 10) -> str:
+    r = subprocess.run(["scontrol", *args], capture_output=True, text=True, timeout=timeout, check=False)
+    if r.returncode != 0:
+        raise RuntimeError(f"scontrol {' '.join(args[:2])}: {r.stderr.strip()[:200]}")
+    return r.stdout
+
+
+@dataclass(frozen=True)
+class JobView:
+    job_id: str
+    user: str
+    name: str
+    admin_comment: str
+    devices: dict[str, list[int]]  # gres name → indices on this node
+
+
+def job_view(job_id: str, node: str) -> JobView:
+    from slurm_hetero.slurm.parse import parse_job_gres_idx, parse_kv_record
+
+    text = scontrol("show", "job", "-d", job_id)
+    rec = parse_kv_record(text)
+    comment = rec.get("AdminComment", "")
+    return JobView(job_id=job_id, user=rec.get("UserId", "").split("(")[0],
+                   name=rec.get("JobName", ""), admin_comment="" if comment == "(null)" else comment,
+                   devices={k: v for k, v in parse_job_gres_idx(text, node).items() if k in KINDS})
+
+
+def requested_policy(admin_comment: str) -> str | None:
+    try:
+        d = json.loads(admin_comment) if admin_comment.startswith("{") else {}
+    except ValueError:
+        return None
+    value = d.get("energy")
+    return value if isinstance(value, str) else None
+
+
+# ---- state on disk ------------------------------------------------------------------------
+
+class NodeState:
+    """Per node: one file per running job (counters, policy) and one per changed device."""
+
+    def __init__(self, cfg: AgentConfig, node: str):
+        self.dir = cfg.state_dir / node
+        self.dir.mkdir(parents=True, exist_ok=True)
+
+    def job_file(self, job_id: str) -> Path:
+        return self.dir / f"job-{job_id}.json"
+
+    def owner_file(self, kind: str, index: int) -> Path:
+        return self.dir / f"dev-{kind}{index}.json"
+
+    def owner(self, kind: str, index: int) -> str | None:
+        try:
+            return str(json.loads(self.owner_file(kind, index).read_text())["job"])
+        except (OSError, ValueError, KeyError):
+            return None
+
+    def owners(self) -> dict[tuple[str, int], str]:
+        out = {}
+        for f in self.dir.glob("dev-*.json"):
+            kind, idx = f.stem[4:7], int(f.stem[7:])
+            job = self.owner(kind, idx)
+            if job:
+                out[(kind, idx)] = job
+        return out
+
+
+def write_json(path: Path, data: Any) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}")
+    tmp.write_text(json.dumps(data))
+    os.replace(tmp, path)
+
+
+def restore_device(dev: DeviceLayer, st: NodeState, kind: str, index: int) -> None:
+    try:
+        dev.reset(index)
+    except ControlUnsupported as e:
+        log.info("%s%d: reset: %s", kind, index, e)
+    st.owner_file(kind, index).unlink(missing_ok=True)
+
+
+# ---- policy -------------------------------------------------------------------------------
+
+def past_utils(cfg: AgentConfig, user: str, name: str) -> list[float]:
+    """Mean utilisations of the user's earlier runs of this job name (oldest first)."""
+    out = []
+    try:
+        lines = cfg.history.read_text().splitlines()
+    except OSError:
+        return []
+    for line in lines:
+        try:
+            h = json.loads(line)
+        except ValueError:
+            continue
+        if h.get("user") == user and h.get("name") == name and h.get("util") is not None:
+            out.append(float(h["util"]))
+    return out
+
+
+def resolve(cfg: AgentConfig, requested: str | None, job: JobView) -> tuple[EnergyPolicy | None, str]:
+    if requested is None or requested not in cfg.policies:
+        return None, ""
+    if requested != "auto":
+        return cfg.policies[requested], ""
+    chosen, why = cfg.auto.choose(past_utils(cfg, job.user, job.name))
+    return cfg.policies[chosen], why
+
+
+def apply_policy(dev: DeviceLayer, kind: str, index: int, p: EnergyPolicy, default_w: float) -> list[str]:
+    """Apply what the policy sets for this kind of device; return what took effect."""
+    done = []
+    steps: list[tuple[str, Any]] = []
+    if kind == "gpu":
+        cap = p.power_cap_watts(default_w) if default_w else None
+        if cap:
+            steps.append((f"cap {cap:g}W", lambda: dev.set_power_limit(index, cap)))
+        if p.gpu_freq:
+            steps.append((f"clocks {p.gpu_freq}", lambda: dev.set_gpu_clock_level(index, str(p.gpu_freq))))
+    elif kind == "npu" and p.npu_power_mode:
+        mode = p.npu_power_mode
+        steps.append((f"mode {mode}", lambda: dev.set_npu_power_mode(index, mode)))
+    for label, step in steps:
+        try:
+            step()
+            done.append(label)
+        except ControlUnsupported as e:
+            log.info("%s%d: %s not applied: %s", kind, index, label, e)
+    return done
+
+
+# ---- prolog / epilog / restore --------------------------------------------------------------
+
+def prolog(cfg: AgentConfig, job_id: str, node: str) -> dict[str, Any]:
+    t0 = time.monotonic()
+    spec = cfg.devices_for(node)
+    job = job_view(job_id, node)
+    st = NodeState(cfg, node)
+    record: dict[str, Any] = {"job": job_id, "user": job.user, "name": job.name, "devices": []}
+    if spec is None or not job.devices:
+        write_json(st.job_file(job_id), record)
+        return record
+    dev = open_devices(spec)
+    infos = {d.index: d for d in dev.devices()}
+    policy, why = resolve(cfg, requested_policy(job.admin_comment), job)
+    record.update(policy=policy.name if policy else None, auto_rule=why)
+    for kind, indices in job.devices.items():
+        for i in indices:
+            previous = st.owner(kind, i)
+            if previous and previous != job_id:  # its job is gone: Slurm gave us the device
+                log.warning("%s%d: job %s left it changed; restoring defaults", kind, i, previous)
+                restore_device(dev, st, kind, i)
+            info = infos.get(i)
+            default_w = info.power_default_w if info else 0.0
+            applied = apply_policy(dev, kind, i, policy, default_w) if policy else []
+            if applied:
+                write_json(st.owner_file(kind, i), {"job": job_id})
+            try:
+                r = dev.read(i)
+                start: dict[str, Any] = {"energy_j": r.energy_j, "power_w": r.power_w}
+            except ControlUnsupported as e:
+                log.info("%s%d: no reading: %s", kind, i, e)
+                start = {}
+            record["devices"].append(
+                {"kind": kind, "idx": i, "t": time.time(), "applied": applied, **start})
+    write_json(st.job_file(job_id), record)
+    log.info("prolog job %s on %s: policy %s, %d devices, %.0f ms", job_id, node,
+             record.get("policy"), len(record["devices"]), (time.monotonic() - t0) * 1000)
+    return record
+
+
+def epilog(cfg: AgentConfig, job_id: str, node: str) -> dict[str, Any] | None:
+    t0 = time.monotonic()
+    st = NodeState(cfg, node)
+    try:
+        record = json.loads(st.job_file(job_id).read_text())
+    except (OSError, ValueError):
+        log.warning("epilog job %s on %s: no prolog record", job_id, node)
+        return None
+    spec = cfg.devices_for(node)
+    per_device = []
+    if spec and record["devices"]:
+        dev = open_devices(spec)
+        for d in record["devices"]:
+            kind, i = d["kind"], d["idx"]
+            try:
+                end = dev.read(i)
+            except ControlUnsupported as e:
+                log.info("%s%d: no reading: %s", kind, i, e)
+                end = None
+            secs = max(time.time() - d["t"], 1e-3)
+            row: dict[str, Any] = {"kind": kind, "idx": i, "s": round(secs, 1)}
+            if end is not None and end.energy_j is not None and d.get("energy_j") is not None:
+                row["energy_j"] = round(end.energy_j - d["energy_j"], 1)
+            elif end is not None and d.get("power_w") is not None:  # no counter: trapezoid
+                row["energy_j"] = round((end.power_w + d["power_w"]) / 2 * secs, 1)
+                row["estimated"] = True
+            if "energy_j" in row:
+                row["power_w"] = round(row["energy_j"] / secs, 1)
+            util = dev.mean_util(i, d["t"])
+            if util is None and end is not None:
+                util = end.util
+            row["util"] = round(util, 3) if util is not None else None
+            per_device.append(row)
+            if st.owner(kind, i) == job_id:
+                restore_device(dev, st, kind, i)
+    summary = summarize(record, per_device)
+    if per_device:
+        append_history(cfg, record, summary)
+    if cfg.update_comment and per_device:
+        update_comment(job_id, node, summary)
+    st.job_file(job_id).unlink(missing_ok=True)
+    log.info("epilog job %s on %s: %s, %.0f ms", job_id, node, summary, (time.monotonic() - t0) * 1000)
+    return summary
+
+
+def summarize(record: dict[str, Any], per_device: list[dict[str, Any]]) -> dict[str, Any]:
+    energies = [d["energy_j"] for d in per_device if "energy_j" in d]
+    utils = [d["util"] for d in per_device if d.get("util") is not None]
+    out: dict[str, Any] = {"devices": per_device}
+    if energies:
+        out["energy_j"] = round(sum(energies), 1)
+        secs = max(d["s"] for d in per_device)
+        out["power_w"] = round(sum(energies) / secs, 1)
+    if utils:
+        out["util"] = round(sum(utils) / len(utils), 3)
+    if record.get("policy"):
+        out["policy"] = record["policy"]
+    if record.get("auto_rule"):
+        out["auto_rule"] = record["auto_rule"]
+    return out
+
+
+def append_history(cfg: AgentConfig, record: dict[str, Any], summary: dict[str, Any]) -> None:
+    line = json.dumps({"job": record["job"], "user": record["user"], "name": record["name"],
+                       "util": summary.get("util"), "energy_j": summary.get("energy_j"),
+                       "policy": record.get("policy"), "end": int(time.time())})
+    cfg.history.parent.mkdir(parents=True, exist_ok=True)
+    with open(cfg.history, "a") as f:  # one short line per job: O_APPEND keeps lines whole
+        f.write(line + "\n")
+
+
+def update_comment(job_id: str, node: str, summary: dict[str, Any]) -> None:
+    current = job_view(job_id, node).admin_comment
+    merged = merge_comment(current, {"node_energy": {node: summary}})
+    scontrol("update", f"JobId={job_id}", f"AdminComment={merged}")
+
+
+def restore(cfg: AgentConfig, node: str, running: set[str] | None) -> list[str]:
+    """Restore devices whose owning job no longer runs (all of them if running is None)."""
+    spec = cfg.devices_for(node)
+    st = NodeState(cfg, node)
+    done: list[str] = []
+    if spec is None:
+        return done
+    dev = open_devices(spec)
+    for (kind, i), job in st.owners().items():
+        if running is None or job not in running:
+            restore_device(dev, st, kind, i)
+            done.append(f"{kind}{i} (job {job})")
+    return done
+
+
+# ---- entry points for Slurm (no arguments: Slurm passes everything in the environment) ---
+
+def _entry(which: str) -> int:
+    job_id = os.environ.get("SLURM_JOB_ID", "")
+    node = os.environ.get("SLURMD_NODENAME", "")
+    try:
+        cfg = AgentConfig.load(config_path())
+        cfg.state_dir.mkdir(parents=True, exist_ok=True)
+        logging.basicConfig(filename=str(cfg.state_dir / "agent.log"), level=logging.INFO,
+                            format="%(asctime)s %(levelname)s %(message)s")
+        if job_id and node:
+            (prolog if which == "prolog" else epilog)(cfg, job_id, node)
+    except Exception as e:  # never fail the job or drain the node for the agent's sake
+        logging.basicConfig(stream=sys.stderr)
+        log.error("%s job %s on %s failed: %s", which, job_id, node, e)
+    return 0
+
+
+def prolog_main() -> int:
+    return _entry("prolog")
+
+
+def epilog_main() -> int:
+    return _entry("epilog")

@@ -1,0 +1,80 @@
+"""The device layer: one small interface over NVML, npu-smi and a fake for tests.
+
+The node agent only talks to `DeviceLayer`. Which backend runs is chosen explicitly (the
+agent's config `devices:` or SLURM_HETERO_DEVICES): `nvml`, `npu-smi`, or `fake:PATH`.
+The fake is never a silent fallback: a node without NVML simply has no NVML devices.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Protocol
+
+
+class ControlUnsupported(Exception):
+    """The device has no such control (or we may not use it): log and go on."""
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    index: int
+    kind: str  # gpu or npu
+    name: str
+    uuid: str = ""
+    memory_mib: int = 0
+    pci_bus: str = ""
+    power_default_w: float = 0.0
+    power_min_w: float = 0.0
+    power_max_w: float = 0.0
+    clocks_mhz: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Reading:
+    energy_j: float | None  # a monotonic counter (J); None where the device has none
+    power_w: float
+    util: float  # 0..1, instantaneous (or the backend's own recent average)
+    timestamp: float
+
+
+class DeviceLayer(Protocol):
+    name: str
+
+    def devices(self) -> list[DeviceInfo]: ...
+
+    def read(self, index: int) -> Reading: ...
+
+    def mean_util(self, index: int, since: float) -> float | None:
+        """Average utilisation since a time, where the backend keeps samples."""
+        ...
+
+    def set_power_limit(self, index: int, watts: float) -> None: ...
+
+    def set_gpu_clock_level(self, index: int, level: str) -> None: ...
+
+    def set_npu_power_mode(self, index: int, mode: str) -> None: ...
+
+    def reset(self, index: int) -> None:
+        """Back to the device's defaults (power limit, clocks, mode)."""
+        ...
+
+
+def open_devices(spec: str | None = None) -> DeviceLayer:
+    """The backend named by spec (or $SLURM_HETERO_DEVICES, default `nvml`)."""
+    spec = spec or os.environ.get("SLURM_HETERO_DEVICES") or "nvml"
+    if spec == "nvml":
+        from slurm_hetero.energy.nvml import NvmlDevices
+
+        return NvmlDevices()
+    if spec == "npu-smi":
+        from slurm_hetero.energy.npusmi import NpuSmiDevices
+
+        return NpuSmiDevices()
+    if spec.startswith("fake:"):
+        from slurm_hetero.energy.fake import FakeDevices
+
+        return FakeDevices(spec.removeprefix("fake:"))
+    from slurm_hetero.errors import InputError
+
+    raise InputError(f"devices {spec!r}: use nvml, npu-smi or fake:PATH")

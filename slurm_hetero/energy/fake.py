@@ -1,0 +1,96 @@
+"""A fake device layer whose state lives in a JSON file, for machines without accelerators.
+
+Each emulated node has its own file; prolog and epilog are separate processes, so the
+state (limits, levels, energy counters) must survive between them. Energy grows as
+power x time, where power = min(limit, default limit x load) and load is per device
+(tests set it to stand for compute- or memory-bound work).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from slurm_hetero.energy.devices import DeviceInfo, Reading
+
+
+class FakeDevices:
+    name = "fake"
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+
+    # ---- state file ---------------------------------------------------------------------
+    @staticmethod
+    def create(path: str | Path, kind: str, count: int, model: str = "fake",
+               default_w: float = 400.0, load: float = 0.8) -> None:
+        devs = [{"index": i, "kind": kind, "name": model, "default_w": default_w, "limit_w": default_w,
+                 "clock_level": "default", "npu_mode": "normal", "load": load,
+                 "energy_j": 0.0, "t": time.time()} for i in range(count)]
+        _write(Path(path), {"devices": devs})
+
+    def _load(self) -> dict[str, Any]:
+        data: dict[str, Any] = json.loads(self.path.read_text())
+        return data
+
+    def _advance(self, d: dict[str, Any], now: float) -> None:
+        d["energy_j"] += _power(d) * max(0.0, now - d["t"])
+        d["t"] = now
+
+    def _update(self, index: int, **changes: Any) -> None:
+        # Prologs and epilogs of different jobs on one node may run at once: lock the file.
+        with open(self.path.with_suffix(".lock"), "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            data, now = self._load(), time.time()
+            d = data["devices"][index]
+            self._advance(d, now)  # the counter is integrated up to the change
+            d.update(changes)
+            _write(self.path, data)
+
+    # ---- DeviceLayer ---------------------------------------------------------------------
+    def devices(self) -> list[DeviceInfo]:
+        return [DeviceInfo(d["index"], d["kind"], d["name"], uuid=f"FAKE-{d['index']}",
+                           power_default_w=d["default_w"], power_min_w=d["default_w"] * 0.25,
+                           power_max_w=d["default_w"]) for d in self._load()["devices"]]
+
+    def read(self, index: int) -> Reading:
+        d, now = self._load()["devices"][index], time.time()
+        self._advance(d, now)
+        return Reading(energy_j=d["energy_j"], power_w=_power(d), util=float(d["load"]), timestamp=now)
+
+    def mean_util(self, index: int, since: float) -> float | None:
+        return float(self._load()["devices"][index]["load"])
+
+    def set_power_limit(self, index: int, watts: float) -> None:
+        self._update(index, limit_w=watts)
+
+    def set_gpu_clock_level(self, index: int, level: str) -> None:
+        self._update(index, clock_level=level)
+
+    def set_npu_power_mode(self, index: int, mode: str) -> None:
+        self._update(index, npu_mode=mode)
+
+    def reset(self, index: int) -> None:
+        d = self._load()["devices"][index]
+        self._update(index, limit_w=d["default_w"], clock_level="default", npu_mode="normal")
+
+    def state(self, index: int) -> dict[str, Any]:
+        """What is applied now (tests read it to check restores)."""
+        d: dict[str, Any] = self._load()["devices"][index]
+        return d
+
+
+def _power(d: dict[str, Any]) -> float:
+    return float(min(d["limit_w"], d["default_w"] * d["load"]))
+
+
+def _write(path: Path, data: dict[str, Any]) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    with os.fdopen(fd, "w") as f:
+        json.dump(data, f)
+    os.replace(tmp, path)
