@@ -192,6 +192,75 @@ def bridge_snapshot(site_path: Path, output: Path, every: float, pidfile: Path |
             pidfile.unlink(missing_ok=True)
 
 
+@main.group()
+def node() -> None:
+    """The node agent (runs as root on compute nodes)."""
+
+
+@node.command("probe")
+@click.option("--check", "site_path", type=click.Path(path_type=Path), default=None,
+              help="List what differs from this node's group in the site file (exit 1 if any).")
+@click.option("--node", "node_name", default=None, help="This node's name [default: hostname].")
+@click.option("--devices", "specs", multiple=True, default=["nvml", "npu-smi"], show_default=True,
+              help="Device backends to ask (nvml, npu-smi, fake:PATH).")
+@reports_errors
+def node_probe(site_path: Path | None, node_name: str | None, specs: tuple[str, ...]) -> None:
+    """Describe this node in the site file's format."""
+    import socket
+
+    import yaml
+
+    from slurm_hetero.energy.devices import open_devices
+    from slurm_hetero.energy.probe import drift, probe
+    from slurm_hetero.site import load_site
+
+    name = node_name or socket.gethostname().split(".")[0]
+    site = load_site(site_path or DEMO_SITE)
+    desc = probe([open_devices(s) for s in specs], site.catalog)
+    console.print(yaml.safe_dump({"node_groups": [desc.as_site_group(name)]}, sort_keys=False), markup=False)
+    if desc.accelerators:
+        console.print(yaml.safe_dump({"devices": [d for a in desc.accelerators for d in a["devices"]]},
+                                     sort_keys=False), markup=False)
+    if site_path:
+        problems = drift(desc, site, name)
+        for p in problems:
+            console.print(f"drift: {p}", markup=False)
+        console.print(f"{len(problems)} difference(s) from {site_path}")
+        sys.exit(1 if problems else 0)
+
+
+@node.command("prolog")
+def node_prolog() -> None:
+    """What Slurm runs as Prolog (reads SLURM_JOB_ID, SLURMD_NODENAME); always exits 0."""
+    from slurm_hetero.energy.agent import prolog_main
+
+    sys.exit(prolog_main())
+
+
+@node.command("epilog")
+def node_epilog() -> None:
+    """What Slurm runs as Epilog; always exits 0."""
+    from slurm_hetero.energy.agent import epilog_main
+
+    sys.exit(epilog_main())
+
+
+@node.command("restore")
+@click.option("--node", "node_name", default=None, help="This node's name [default: hostname].")
+@click.option("--all", "everything", is_flag=True, help="Reset every device, running jobs or not.")
+@reports_errors
+def node_restore(node_name: str | None, everything: bool) -> None:
+    """Restore the defaults of devices left changed by jobs that no longer run here."""
+    import socket
+
+    from slurm_hetero.energy.agent import AgentConfig, config_path, restore, steps_alive
+
+    name = node_name or socket.gethostname().split(".")[0]
+    alive = None if everything else (lambda job: steps_alive(job, name))
+    done = restore(AgentConfig.load(config_path()), name, alive)
+    console.print(f"restored {len(done)} device(s) on {name}: {', '.join(done) or 'none needed'}")
+
+
 @main.command("demo")
 @click.option("--site", "site_path", type=click.Path(path_type=Path), default=str(DEMO_SITE),
               help="Site file [default: the demo site]")

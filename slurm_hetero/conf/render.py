@@ -7,22 +7,28 @@ dev cluster (paths, ports, plugins); the site holds everything else. Rendering i
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import jinja2
 from ClusterShell.NodeSet import NodeSet
 
 from slurm_hetero.bridge.tables import bridge_context
+from slurm_hetero.containers.confgen import container_context
 from slurm_hetero.errors import InputError
 from slurm_hetero.site.model import NodeGroup, Site
 
 TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
-OUTPUTS = ("slurm.conf", "gres.conf", "cgroup.conf", "plugstack.conf", "job_submit.lua",
-           "qos.sacctmgr")
+OUTPUTS: tuple[str, ...] = ("slurm.conf", "gres.conf", "cgroup.conf", "plugstack.conf",
+                            "job_submit.lua", "qos.sacctmgr")
+# containers (issue 6): Slurm's OCI config, what the node-side wrapper reads, the TaskProlog.
+OUTPUTS += ("oci.conf", "hetero-containers.json", "hetero-taskprolog")
+MODES = {"hetero-taskprolog": 0o755}  # write_files' default modes besides 0644
+STACK_DEVICES = {"cuda": "nvml", "cann": "npu-smi"}  # no AMD backend yet: rocm nodes get none
 
 
 @dataclass(frozen=True)
@@ -54,7 +60,21 @@ class Profile:
     # job_desc.tres_per_node reads "gres:gpu:1" before Slurm 23.02 and "gres/gpu:1" after.
     slurm_version: tuple[int, int] = (22, 5)
     snapshot_check_s: int = 2
+    # The node agent (energy policies, metering) as Slurm Prolog/Epilog; None: not wired.
+    prolog: str | None = "/usr/local/bin/slurm-hetero-prolog"
+    epilog: str | None = "/usr/local/bin/slurm-hetero-epilog"
+    agent_state_dir: str = "/var/lib/slurm-hetero/agent"
+    # Device backend per node; None: by the node's stack (cuda: nvml, cann: npu-smi).
+    # "{node}" is replaced by the node's name (the dev cluster's fake keeps a file per node).
+    agent_devices: str | None = None
     snapshot_stale_s: int = 30
+    # containers (issue 6): the node-side wrapper and TaskProlog run as `python -I -S` from
+    # hetero_lib, the folder holding the slurm_hetero package (stdlib-only modules).
+    python: str = "/usr/bin/python3"
+    hetero_lib: str = "/usr/local/lib/slurm-hetero/lib"
+    runc: str = "/usr/sbin/runc"
+    runc_root: str = "/run/user/%U/slurm-hetero-runc"  # runc's state, per user (%U: uid)
+    images_root: str | None = None  # None: the site's containers.images_root
 
     @property
     def snapshot_path(self) -> str:
@@ -131,6 +151,7 @@ def _context(site: Site, profile: Profile) -> dict[str, object]:
         "snapshot_check_s": profile.snapshot_check_s,
         "snapshot_stale_s": profile.snapshot_stale_s,
         **bridge_context(site),
+        **container_context(site, profile),
     }
 
 
@@ -148,7 +169,24 @@ def render_site(site: Site, profile: Profile | None = None) -> dict[str, str]:
     """Render every configuration file of the site: {filename: text}."""
     profile = profile or Profile()
     env, ctx = _env(), _context(site, profile)
-    return {name: env.get_template(name + ".j2").render(ctx) for name in OUTPUTS}
+    files = {name: env.get_template(name + ".j2").render(ctx) for name in OUTPUTS}
+    files["hetero-agent.json"] = agent_config(site, profile)
+    return files
+
+
+def agent_config(site: Site, profile: Profile) -> str:
+    """The node agent's config, read from next to slurm.conf (Slurm gives Prolog SLURM_CONF)."""
+    groups = []
+    for g in site.node_groups:
+        stacks = {a.model.stack for a in g.accelerators}
+        spec = profile.agent_devices or next((STACK_DEVICES[s] for s in stacks if s in STACK_DEVICES), "none")
+        if g.accelerators:
+            groups.append({"nodes": g.names, "devices": spec})
+    policies = {p.name: {k: v for k, v in asdict(p).items() if k != "name" and v}
+                for p in site.energy_policies}
+    return json.dumps({"site": site.name, "state_dir": profile.agent_state_dir,
+                       "history": f"{profile.agent_state_dir}/history.jsonl", "groups": groups,
+                       "policies": policies, "auto": asdict(site.energy_auto)}, indent=1) + "\n"
 
 
 def render_template(name: str, **ctx: object) -> str:
@@ -159,7 +197,7 @@ def render_template(name: str, **ctx: object) -> str:
 def write_files(files: dict[str, str], out_dir: str | Path, modes: dict[str, int] | None = None) -> None:
     """Write files into out_dir all-or-nothing: into a temp dir first, then renamed in place."""
     out = Path(out_dir)
-    modes = modes or {}
+    modes = {**MODES, **(modes or {})}
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
     except OSError as e:

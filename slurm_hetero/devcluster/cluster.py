@@ -32,7 +32,10 @@ from slurm_hetero.conf.render import (
     render_template,
     write_files,
 )
+from slurm_hetero.containers.bundle import write_stubs
+from slurm_hetero.containers.confgen import emulated_paths
 from slurm_hetero.devcluster import procs
+from slurm_hetero.energy.fake import FakeDevices
 from slurm_hetero.errors import InputError, RuntimeFailure
 from slurm_hetero.site.model import Site
 from slurm_hetero.slurm.parse import SINFO_FORMAT, NodeInfo, parse_sinfo_nodes
@@ -89,6 +92,7 @@ class Cluster:
         self.etc, self.log, self.run, self.state = w / "etc", w / "log", w / "run", w / "state"
         self.spool, self.dev, self.munge, self.db = w / "spool", w / "dev", w / "munge", w / "db"
         self.conf = self.etc / "slurm.conf"
+        self.agent_dir = w / "agent"  # the node agent's state and log
         self.meta = w / "cluster.json"
         self.runner = Runner(slurm_conf=str(self.conf), timeout=30)
 
@@ -173,7 +177,16 @@ class Cluster:
             mail_prog="/bin/true",
             spank_plugin=find_spank_plugin(),
             slurm_version=self.runner.version(),
+            # The node agent from this environment, with file-backed fake devices per node.
+            prolog=str(Path(sys.executable).parent / "slurm-hetero-prolog"),
+            epilog=str(Path(sys.executable).parent / "slurm-hetero-epilog"),
+            agent_state_dir=str(self.agent_dir),
+            agent_devices=f"fake:{self.dev}/{{node}}/fake-devices.json",
             node_ports=dict(meta["node_ports"]),  # type: ignore[call-overload]
+            # containers (issue 6): the wrapper from this checkout, runc state and image
+            # bundles in the workdir.
+            python=sys.executable, hetero_lib=str(Path(__file__).resolve().parents[2]),
+            runc_root=str(self.run / "runc"), images_root=str(self.workdir / "images"),
         )
 
     def _write_confs(self, site: Site, meta: dict[str, object]) -> None:
@@ -183,11 +196,24 @@ class Cluster:
             "slurmdbd.conf", dbd_port=meta["dbd_port"], db_port=meta["db_port"],
             auth_info=profile.auth_info, log_dir=self.log, run_dir=self.run)
         write_files(files, self.etc, modes={"slurmdbd.conf": 0o600})
+        write_stubs(site, str(profile.images_root))  # containers (issue 6): what --image names
         for g in site.node_groups:
             for node in g.nodes:
                 (self.spool / node).mkdir(parents=True, exist_ok=True)
                 for path in device_paths(g, node, profile):
                     _emulated_device(Path(path))
+                # containers (issue 6): control devices and driver folders the wrapper mounts.
+                ctl_devices, driver_dirs = emulated_paths(site, profile, g, node)
+                for path in ctl_devices:
+                    _emulated_device(Path(path))
+                for path in driver_dirs:
+                    Path(path).mkdir(parents=True, exist_ok=True)
+                fake = self.dev / node / "fake-devices.json"
+                if g.accelerators and not fake.exists():
+                    a = g.accelerators[0]
+                    FakeDevices.create(fake, a.model.gres_name, a.count, a.model.id,
+                                       default_w=a.model.tdp_watts,
+                                       memory_mib=a.model.device_memory_mib)
 
     def _spawn(self, argv: list[str], log: Path | None = None) -> subprocess.Popen[bytes]:
         """Start a daemon detached from our session (it outlives `cluster up`)."""
@@ -319,10 +345,11 @@ class Cluster:
             if pid:
                 procs.stop(pid, d.expect)
                 stopped.append(d.name)
-        for pid in procs.processes_under(self.workdir):
-            if procs.cmdline(pid).startswith("slurmstepd"):
-                procs.stop(pid, "slurmstepd", 5)
-                stopped.append(f"slurmstepd {pid}")
+        # Leftovers: slurmstepds, and job processes whose slurmstepd died (proctrack/linuxproc
+        # cannot reap those). They hold files in our spool; their sessions go with them.
+        for pid in procs.processes_under(self.spool):
+            procs.stop_session(pid)
+            stopped.append(f"leftover {pid}")
         say(f"stopped {len(stopped)} processes of {self.workdir}")
         return stopped
 

@@ -105,3 +105,19 @@ def processes_under(root: Path) -> list[int]:
         if any(link.startswith(prefix) for link in links):
             found.append(int(entry.name))
     return found
+
+
+def stop_session(pid: int) -> None:
+    """SIGKILL the process group of pid (a job's processes), never our own group."""
+    try:
+        pgid = os.getpgid(pid)
+    except ProcessLookupError:
+        return
+    try:
+        if pgid != os.getpgid(0) and pgid > 1:
+            os.killpg(pgid, signal.SIGKILL)
+        else:
+            os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        return
+    wait_until(lambda: not alive(pid), 5.0, 0.1)

@@ -20,11 +20,12 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from slurm_hetero.energy.comment import merge_comment
+from slurm_hetero.energy.comment import merge_comment, parse_comment
 from slurm_hetero.energy.devices import ControlUnsupported, DeviceLayer, open_devices
 from slurm_hetero.energy.policies import AutoRule, EnergyPolicy
 
@@ -78,6 +79,7 @@ class JobView:
     name: str
     admin_comment: str
     devices: dict[str, list[int]]  # gres name → indices on this node
+    num_nodes: int = 1
 
 
 def job_view(job_id: str, node: str) -> JobView:
@@ -88,7 +90,8 @@ def job_view(job_id: str, node: str) -> JobView:
     comment = rec.get("AdminComment", "")
     return JobView(job_id=job_id, user=rec.get("UserId", "").split("(")[0],
                    name=rec.get("JobName", ""), admin_comment="" if comment == "(null)" else comment,
-                   devices={k: v for k, v in parse_job_gres_idx(text, node).items() if k in KINDS})
+                   devices={k: v for k, v in parse_job_gres_idx(text, node).items() if k in KINDS},
+                   num_nodes=int(rec.get("NumNodes", "1").split("-")[0] or 1))
 
 
 def requested_policy(admin_comment: str) -> str | None:
@@ -255,7 +258,7 @@ def epilog(cfg: AgentConfig, job_id: str, node: str) -> dict[str, Any] | None:
                 log.info("%s%d: no reading: %s", kind, i, e)
                 end = None
             secs = max(time.time() - d["t"], 1e-3)
-            row: dict[str, Any] = {"kind": kind, "idx": i, "s": round(secs, 1)}
+            row: dict[str, Any] = {"kind": kind, "idx": i, "s": round(secs, 3)}
             if end is not None and end.energy_j is not None and d.get("energy_j") is not None:
                 row["energy_j"] = round(end.energy_j - d["energy_j"], 1)
             elif end is not None and d.get("power_w") is not None:  # no counter: trapezoid
@@ -286,7 +289,7 @@ def summarize(record: dict[str, Any], per_device: list[dict[str, Any]]) -> dict[
     out: dict[str, Any] = {"devices": per_device}
     if energies:
         out["energy_j"] = round(sum(energies), 1)
-        secs = max(d["s"] for d in per_device)
+        secs = max(max(d["s"] for d in per_device), 1e-3)
         out["power_w"] = round(sum(energies) / secs, 1)
     if utils:
         out["util"] = round(sum(utils) / len(utils), 3)
@@ -307,23 +310,52 @@ def append_history(cfg: AgentConfig, record: dict[str, Any], summary: dict[str, 
 
 
 def update_comment(job_id: str, node: str, summary: dict[str, Any]) -> None:
-    current = job_view(job_id, node).admin_comment
-    merged = merge_comment(current, {"node_energy": {node: summary}})
-    scontrol("update", f"JobId={job_id}", f"AdminComment={merged}")
+    """Merge this node's figures into the accounting record's admin comment.
+
+    The job has ended when Epilog runs, so scontrol may no longer change it: sacctmgr does.
+    Start from the bridge's decision (slurmctld still holds the job) merged with what the
+    database has (other nodes of the same job may have written there already)."""
+    try:
+        view: JobView | None = job_view(job_id, node)
+    except RuntimeError:
+        view = None
+    db = ""
+    if view is None or view.num_nodes > 1:  # only then can another node have written first
+        r = subprocess.run(["sacct", "-X", "-n", "-P", "-j", job_id, "-o", "AdminComment"],
+                           capture_output=True, text=True, timeout=10, check=False)
+        db = r.stdout.strip().splitlines()[0] if r.returncode == 0 and r.stdout.strip() else ""
+    ctld = view.admin_comment if view else ""
+    merged = merge_comment(merge_comment(db, parse_comment(ctld)), {"node_energy": {node: summary}})
+    r = subprocess.run(["sacctmgr", "-i", "modify", "job", "where", f"jobid={job_id}", "set",
+                        f"AdminComment={merged}"], capture_output=True, text=True, timeout=10, check=False)
+    if r.returncode != 0:
+        raise RuntimeError(f"sacctmgr modify job {job_id}: {r.stderr.strip()[:200]}")
 
 
-def restore(cfg: AgentConfig, node: str, running: set[str] | None) -> list[str]:
-    """Restore devices whose owning job no longer runs (all of them if running is None)."""
+def steps_alive(job_id: str, node: str) -> bool:
+    """Does a slurmstepd of the job answer on this node? (Works while slurmctld still thinks
+    a job runs whose slurmstepd was killed: Slurm notices only at the node's next registration.)"""
+    r = subprocess.run(["scontrol", "listpids", job_id, node], capture_output=True, text=True,
+                       timeout=10, check=False)
+    return r.returncode == 0
+
+
+def restore(cfg: AgentConfig, node: str, alive: Callable[[str], bool] | None) -> list[str]:
+    """Restore devices whose job no longer runs here (every device if alive is None), and
+    drop the records of jobs whose epilog never came."""
     spec = cfg.devices_for(node)
     st = NodeState(cfg, node)
     done: list[str] = []
-    if spec is None:
-        return done
-    dev = open_devices(spec)
-    for (kind, i), job in st.owners().items():
-        if running is None or job not in running:
+    if spec is not None:
+        dev = open_devices(spec)
+        targets = ({(d.kind, d.index): "" for d in dev.devices()} if alive is None
+                   else {k: j for k, j in st.owners().items() if not alive(j)})
+        for (kind, i), job in sorted(targets.items()):
             restore_device(dev, st, kind, i)
-            done.append(f"{kind}{i} (job {job})")
+            done.append(f"{kind}{i}" + (f" (job {job})" if job else ""))
+    for f in st.dir.glob("job-*.json"):
+        if alive is not None and not alive(f.stem[4:]):
+            f.unlink(missing_ok=True)
     return done
 
 

@@ -1,5 +1,9 @@
 """Merging the agent's figures into a job's admin comment without losing the bridge's JSON.
 
+After a job ends, only `sacctmgr modify job ... set AdminComment=` can change the comment,
+and sacctmgr stores every double quote as a backquote. Our JSON never holds a backquote of
+its own (values are names, numbers and ids), so readers turn them back: `parse_comment`.
+
 >>> merge_comment('{"hetero":1,"energy":"efficiency"}', {"node_energy": {"n1": {"energy_j": 5}}})
 '{"hetero":1,"energy":"efficiency","node_energy":{"n1":{"energy_j":5}}}'
 >>> merge_comment("set by an admin", {"x": 1})
@@ -12,13 +16,26 @@ import json
 from typing import Any
 
 
+def parse_comment(text: str) -> dict[str, Any]:
+    """The JSON object in an admin comment ({} if none), whether sacctmgr rewrote it or not.
+
+    >>> parse_comment('{`hetero`:1,`model`:`h100`}')
+    {'hetero': 1, 'model': 'h100'}
+    """
+    text = text.strip()
+    if not text.startswith("{"):
+        return {}
+    try:
+        parsed = json.loads(text.replace("`", '"'))
+    except ValueError:
+        return {}
+    return parsed if isinstance(parsed, dict) else {}
+
+
 def merge_comment(current: str, add: dict[str, Any]) -> str:
     """Deep-merge `add` into the JSON object in `current` (kept as "text" if not JSON)."""
-    base: dict[str, Any]
-    try:
-        parsed = json.loads(current) if current.strip() else {}
-        base = parsed if isinstance(parsed, dict) else {"text": current}
-    except ValueError:
+    base = parse_comment(current)
+    if not base and current.strip():
         base = {"text": current}
     return json.dumps(_merge(base, add), separators=(",", ":"))
 

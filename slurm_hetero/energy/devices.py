@@ -60,6 +60,33 @@ class DeviceLayer(Protocol):
         ...
 
 
+class NoDevices:
+    """A node with no accelerator backend (e.g. AMD until an amdsmi backend exists)."""
+
+    name = "none"
+
+    def devices(self) -> list[DeviceInfo]:
+        return []
+
+    def read(self, index: int) -> Reading:
+        raise ControlUnsupported("no device backend on this node")
+
+    def mean_util(self, index: int, since: float) -> float | None:
+        return None
+
+    def set_power_limit(self, index: int, watts: float) -> None:
+        raise ControlUnsupported("no device backend on this node")
+
+    def set_gpu_clock_level(self, index: int, level: str) -> None:
+        raise ControlUnsupported("no device backend on this node")
+
+    def set_npu_power_mode(self, index: int, mode: str) -> None:
+        raise ControlUnsupported("no device backend on this node")
+
+    def reset(self, index: int) -> None:
+        return None
+
+
 def open_devices(spec: str | None = None) -> DeviceLayer:
     """The backend named by spec (or $SLURM_HETERO_DEVICES, default `nvml`)."""
     spec = spec or os.environ.get("SLURM_HETERO_DEVICES") or "nvml"
@@ -71,10 +98,12 @@ def open_devices(spec: str | None = None) -> DeviceLayer:
         from slurm_hetero.energy.npusmi import NpuSmiDevices
 
         return NpuSmiDevices()
+    if spec == "none":
+        return NoDevices()
     if spec.startswith("fake:"):
         from slurm_hetero.energy.fake import FakeDevices
 
         return FakeDevices(spec.removeprefix("fake:"))
     from slurm_hetero.errors import InputError
 
-    raise InputError(f"devices {spec!r}: use nvml, npu-smi or fake:PATH")
+    raise InputError(f"devices {spec!r}: use nvml, npu-smi, none or fake:PATH")

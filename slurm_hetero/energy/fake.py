@@ -28,8 +28,9 @@ class FakeDevices:
     # ---- state file ---------------------------------------------------------------------
     @staticmethod
     def create(path: str | Path, kind: str, count: int, model: str = "fake",
-               default_w: float = 400.0, load: float = 0.8) -> None:
-        devs = [{"index": i, "kind": kind, "name": model, "default_w": default_w, "limit_w": default_w,
+               default_w: float = 400.0, load: float = 0.8, memory_mib: int = 0) -> None:
+        devs = [{"index": i, "kind": kind, "name": model, "memory_mib": memory_mib,
+                 "default_w": default_w, "limit_w": default_w,
                  "clock_level": "default", "npu_mode": "normal", "load": load,
                  "energy_j": 0.0, "t": time.time()} for i in range(count)]
         _write(Path(path), {"devices": devs})
@@ -55,6 +56,7 @@ class FakeDevices:
     # ---- DeviceLayer ---------------------------------------------------------------------
     def devices(self) -> list[DeviceInfo]:
         return [DeviceInfo(d["index"], d["kind"], d["name"], uuid=f"FAKE-{d['index']}",
+                           memory_mib=d.get("memory_mib", 0),
                            power_default_w=d["default_w"], power_min_w=d["default_w"] * 0.25,
                            power_max_w=d["default_w"]) for d in self._load()["devices"]]
 

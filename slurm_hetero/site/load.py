@@ -18,6 +18,7 @@ import jsonschema
 import yaml
 from ClusterShell.NodeSet import NodeSet, NodeSetParseError
 
+from slurm_hetero.containers.siteload import load_containers
 from slurm_hetero.energy.policies import DEFAULT_POLICIES, AutoRule, EnergyPolicy, parse_power_cap
 from slurm_hetero.errors import InputError
 from slurm_hetero.site.catalog import (
@@ -143,6 +144,8 @@ def _schema_problems(data: Any) -> list[Problem]:
                 hint = "allowed keys: " + ", ".join(allowed)
         elif err.validator == "required":
             hint = "see site/demo/site.yaml for a complete example"
+        elif err.validator == "type" and err.schema.get("description"):
+            hint = err.schema["description"]  # e.g. quote versions: "12.4"
         out.append(Problem(path, msg, hint))
     return out
 
@@ -361,13 +364,14 @@ def load_site_text(text: str, source: str = "<site>", path: Path | None = None) 
     qos, default_qos = b.qos()
     groups = b.node_groups(models, {p.name for p in partitions})
     policies, auto = b.energy()
+    images, containers, groups = load_containers(data, groups, b.err)  # containers (issue 6)
     if b.problems:
         raise SiteError(source, [p.format(source, positions) for p in b.problems])
     billing = Billing(**(data.get("billing") or {}))
     return Site(name=data["name"], path=path, description=data.get("description", ""),
                 catalog=models, normalization=norm, node_groups=groups, partitions=partitions,
                 qos=qos, default_qos=default_qos, billing=billing, energy_policies=policies,
-                energy_auto=auto)
+                energy_auto=auto, images=images, containers=containers)
 
 
 def load_site(path: str | Path) -> Site:

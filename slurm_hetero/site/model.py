@@ -7,6 +7,7 @@ from pathlib import Path
 
 from ClusterShell.NodeSet import NodeSet
 
+from slurm_hetero.containers.catalog import ContainerSettings, DriverInfo, Image
 from slurm_hetero.energy.policies import DEFAULT_POLICIES, AutoRule, EnergyPolicy
 from slurm_hetero.site.catalog import AccelModel, Normalization
 from slurm_hetero.site.units import size_gb_label
@@ -36,6 +37,9 @@ class NodeGroup:
     partitions: tuple[str, ...]
     accelerators: tuple[AccelGroup, ...] = ()
     extra_features: tuple[str, ...] = ()
+    # containers (issue 6): per stack, what the nodes' drivers run; the nodes' fabric.
+    drivers: tuple[tuple[str, DriverInfo], ...] = ()
+    fabric: str | None = None
 
     @property
     def cpus(self) -> int:
@@ -115,6 +119,9 @@ class Site:
     billing: Billing = field(default_factory=Billing)
     energy_policies: tuple[EnergyPolicy, ...] = DEFAULT_POLICIES
     energy_auto: AutoRule = field(default_factory=AutoRule)
+    # containers (issue 6): the image catalog by NAME:TAG, and container settings.
+    images: dict[str, Image] = field(default_factory=dict)
+    containers: ContainerSettings = field(default_factory=ContainerSettings)
 
     @property
     def models_in_use(self) -> list[AccelModel]:

@@ -263,6 +263,122 @@ local function json_string(s)
     return '"' .. string.gsub(s, '[%c"\\]', function(c) return string.format("\\u%04x", string.byte(c)) end) .. '"'
 end
 
+-- ---- containers (issue 6): --image=NAME[:TAG] → the job's OCI bundle ------------------
+-- Slurm gets a stub bundle per image; the wrapper in oci.conf runs the variant for the
+-- node's arch and stack. Here: the image exists and has a variant for the arch and stack
+-- the job asks for; when only one arch fits, the job is narrowed to it. Mount requests
+-- outside the admin's allowlist are refused here already (the node checks again).
+local IMAGES = {
+    ["busybox:1.35"] = { path = "/var/lib/slurm-hetero/images/busybox/1.35", variants = { "aarch64/cpu", "x86_64/cpu", } },
+    ["pytorch:24.05"] = { path = "/var/lib/slurm-hetero/images/pytorch/24.05", variants = { "aarch64/cann", "aarch64/cpu", "aarch64/cuda", "x86_64/cpu", "x86_64/cuda", } },
+}
+local IMAGE_TAGS = { ["pytorch"] = "24.05", ["busybox"] = "1.35", }
+local IMAGE_BY_PATH = {}
+for ref, img in pairs(IMAGES) do IMAGE_BY_PATH[img.path] = ref end
+local GRES_STACKS = { ["gpu:a100-80gb"] = "cuda", ["gpu:h100"] = "cuda", ["gpu:gh200"] = "cuda", ["gpu:v100"] = "cuda", ["npu:910b"] = "cann", ["gpu"] = "cuda", ["shard"] = "cuda", ["mps"] = "cuda", ["npu"] = "cann", }
+local MOUNT_ALLOW = {
+    { source = "/tmp", mode = "rw" },
+    { source = "/usr/share/zoneinfo", mode = "ro" },
+}
+local MOUNTS_VAR = "SLURM_HETERO_MOUNTS"
+
+-- The accelerator stack a GRES request implies (nil: none, or not known here).
+local function request_stack(tres)
+    if tres == nil then return nil end
+    for item in string.gmatch(tres, "[^,]+") do
+        local name, typ = string.match(item, "^gres[:/]([%w_%-]+):([^:]+):%d+$")
+        local stack = name and GRES_STACKS[name .. ":" .. typ]
+        if stack == nil then
+            name = string.match(item, "^gres[:/]([%w_%-]+)")
+            stack = name and GRES_STACKS[name]
+        end
+        if stack then return stack end
+    end
+    return nil
+end
+
+local function mount_allowed(src, rw)
+    if string.sub(src, 1, 1) ~= "/" or string.find(src .. "/", "/%.%./") then return false end
+    for _, m in ipairs(MOUNT_ALLOW) do
+        if m.source == "/" or src == m.source or string.sub(src, 1, #m.source + 1) == m.source .. "/" then
+            return (not rw) or m.mode == "rw"
+        end
+    end
+    return false
+end
+
+local function mounts_problem(value)
+    for item in string.gmatch(value, "[^,]+") do
+        if not mount_allowed(string.match(item, "^([^:]*)"), string.sub(item, -3) == ":rw") then
+            local allowed = {}
+            for _, m in ipairs(MOUNT_ALLOW) do allowed[#allowed + 1] = m.source .. " (" .. m.mode .. ")" end
+            return "hetero: " .. MOUNTS_VAR .. "=" .. shown(value) .. ": " .. shown(item) ..
+                " is outside the site's mount allowlist (allowed: " ..
+                (#allowed > 0 and table.concat(allowed, ", ") or "none") .. ")"
+        end
+    end
+    return nil
+end
+
+-- { ref, path, arch } for a job with --image or --container, or nil and the rejection.
+local function container_for(job_desc, image, arch, tres)
+    local option, given, ref = "container", job_desc.container, nil
+    local bypath = job_desc.container and IMAGE_BY_PATH[(string.gsub(job_desc.container, "/+$", ""))]
+    if image then
+        option, given = "image", image
+        ref = string.find(image, ":", 1, true) and image or (IMAGE_TAGS[image] and image .. ":" .. IMAGE_TAGS[image])
+        if ref == nil or IMAGES[ref] == nil then
+            return reject("image", image, next(IMAGES) and ("unknown image; this site has: " ..
+                sorted_keys(IMAGES)) or "this site has no image catalog")
+        end
+        if job_desc.container ~= nil and bypath ~= ref then
+            return reject("image", image, "conflicts with --container; give one of them")
+        end
+        if job_desc.script == nil and job_desc.container == nil then
+            -- srun/salloc: Slurm takes a step's container from the step, not from the job.
+            return reject("image", image, "srun and salloc start containers per step: use " ..
+                "--container=" .. IMAGES[ref].path .. " (or sbatch --image)")
+        end
+    else
+        ref = bypath
+        if ref == nil then
+            return reject("container", given, "not an image of this site; use --image=NAME:TAG " ..
+                "(this site has: " .. sorted_keys(IMAGES) .. ")")
+        end
+    end
+    local stack = request_stack(tres)
+    local arches, n = {}, 0
+    for _, v in ipairs(IMAGES[ref].variants) do
+        local va, vs = string.match(v, "^([^/]+)/(.+)$")
+        if (arch == "any" or va == arch) and (stack == nil or vs == stack) and not arches[va] then
+            arches[va], n = true, n + 1
+        end
+    end
+    if n == 0 then
+        local need = (arch == "any" and stack) or (stack and arch .. "/" .. stack) or arch
+        return reject(option, given, "image " .. ref .. " has no " .. need .. " variant; it has: " ..
+            table.concat(IMAGES[ref].variants, ", "))
+    end
+    if arch == "any" and n == 1 then arch = next(arches) end
+    local mounts = job_desc.environment and job_desc.environment[MOUNTS_VAR]
+    local problem = mounts and mounts_problem(mounts)
+    if problem then return nil, problem end
+    return { ref = ref, path = IMAGES[ref].path, arch = arch }
+end
+
+-- A job without hetero options but with --container: only images of the catalog run.
+local function plain_container(job_desc)
+    if job_desc.container == nil or next(IMAGES) == nil then return {} end
+    local c, err = container_for(job_desc, nil, "any", job_desc.tres_per_node)
+    if c == nil then return nil, err end
+    local set = { container = c.path }
+    if c.arch ~= "any" then
+        set.features = job_desc.features and ("(" .. job_desc.features .. ")&" .. c.arch) or c.arch
+    end
+    return set
+end
+-- ---- end of containers ----------------------------------------------------------------
+
 -- ---- the decision: computed fully, then applied (nothing half-done on error) ---------
 
 local function decide(job_desc, opts, now)
@@ -333,10 +449,15 @@ local function decide(job_desc, opts, now)
     if energy and gpu_job and ENERGY[energy].gpu_freq then
         set.tres_freq = "gpu:" .. ENERGY[energy].gpu_freq
     end
+    if opts.image or (job_desc.container and next(IMAGES)) then  -- containers (issue 6)
+        local c, cerr = container_for(job_desc, opts.image, arch, set.tres_per_node or job_desc.tres_per_node)
+        if c == nil then return nil, cerr end
+        set.container, arch = c.path, c.arch
+        record[#record + 1] = '"image":' .. json_string(c.ref)
+    end
     if arch ~= "any" then
         set.features = job_desc.features and ("(" .. job_desc.features .. ")&" .. arch) or arch
     end
-    if opts.image then record[#record + 1] = '"image":' .. json_string(opts.image) end
     set.admin_comment = '{"hetero":1,' .. table.concat(record, ",") .. "}"
     return set
 end
@@ -355,9 +476,10 @@ end
 function slurm_job_submit(job_desc, part_list, submit_uid)
     local ok, set, err = pcall(function()
         local opts = read_options(job_desc)
+        -- A plain --gres request is routed with hetero options too (e.g. --image with --gres=npu:1).
+        route_plain(job_desc)
         if opts == nil then
-            route_plain(job_desc)
-            return {}
+            return plain_container(job_desc)  -- containers (issue 6)
         end
         return decide(job_desc, opts, os.time())
     end)

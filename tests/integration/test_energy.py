@@ -1,0 +1,143 @@
+"""Energy policies on the real cluster: the node agent as Slurm's Prolog/Epilog, with the
+file-backed fake device layer selected for the emulated GPU/NPU nodes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from slurm_hetero.cli import main
+from slurm_hetero.devcluster import Cluster
+from slurm_hetero.energy.comment import parse_comment
+from slurm_hetero.energy.fake import FakeDevices
+from slurm_hetero.slurm.jobs import sacct_jobs, submit, wait_done
+from slurm_hetero.slurm.parse import parse_job_gres_idx, parse_kv_record
+
+DEFAULTS = {"clock_level": "default", "npu_mode": "normal"}
+
+
+def devices_of(c: Cluster, jid: int) -> tuple[str, str, list[int]]:
+    """(node, gres name, indices) of a running job, once the prolog has run."""
+    deadline = time.monotonic() + 20
+    while True:
+        out = c.runner.out(["scontrol", "show", "job", "-d", str(jid)])
+        rec = parse_kv_record(out)
+        node = rec.get("NodeList", "")
+        if rec.get("JobState") == "RUNNING" and (c.agent_dir / node / f"job-{jid}.json").exists():
+            idx = parse_job_gres_idx(out, node)
+            kind = next(iter(idx))
+            return node, kind, idx[kind]
+        assert time.monotonic() < deadline, out
+        time.sleep(0.3)
+
+
+def fake_state(c: Cluster, node: str, i: int) -> dict[str, Any]:
+    return FakeDevices(c.dev / node / "fake-devices.json").state(i)
+
+
+def wait_restored(c: Cluster, node: str, idx: list[int]) -> None:
+    deadline = time.monotonic() + 20
+    while True:
+        states = [fake_state(c, node, i) for i in idx]
+        if all(s["limit_w"] == s["default_w"] and all(s[k] == v for k, v in DEFAULTS.items())
+               for s in states):
+            return
+        assert time.monotonic() < deadline, states
+        time.sleep(0.3)
+
+
+@pytest.mark.parametrize(("options", "applied"), [
+    (["--accel=h100:2", "--energy=efficiency"], {"limit_w": 420.0, "clock_level": "low"}),
+    (["--accel=h100:1", "--energy=performance"], {"limit_w": 700.0, "clock_level": "high"}),
+    (["--accel=a100-80gb:1", "--energy=balanced"], {"limit_w": 400.0, "clock_level": "medium"}),
+    (["--accel=h100:1", "--energy=auto"], {"clock_level": "medium"}),  # no history yet: balanced
+    (["--accel=cann:2", "--energy=efficiency"], {"npu_mode": "low"}),
+])
+def test_policy_applied_metered_and_restored(cluster: Cluster, options: list[str],
+                                             applied: dict[str, Any]) -> None:
+    name = "policy-" + options[1].split("=")[1] + options[0].split("=")[1].replace(":", "-")
+    jid = submit(cluster.runner, [*options, "-J", name, "-o", "/dev/null"], "sleep 4")
+    node, kind, idx = devices_of(cluster, jid)
+    for i in idx:
+        state = fake_state(cluster, node, i)
+        assert {k: state[k] for k in applied} == applied, (node, i, state)
+    wait_done(cluster.runner, [jid])
+    wait_restored(cluster, node, idx)
+    row = sacct_jobs(cluster.runner, [jid], ["JobID", "State", "AdminComment", "End", "Partition"],
+                     require=["AdminComment"])[jid]
+    comment = parse_comment(row["AdminComment"])
+    deadline = time.monotonic() + 15
+    while "node_energy" not in comment and time.monotonic() < deadline:  # the epilog's update
+        time.sleep(0.5)
+        comment = parse_comment(sacct_jobs(cluster.runner, [jid], ["JobID", "AdminComment", "End",
+                                                                   "Partition"])[jid]["AdminComment"])
+    assert comment["hetero"] == 1 and comment["energy"] == options[1].split("=")[1]
+    mine = comment["node_energy"][node]
+    assert [d["idx"] for d in mine["devices"]] == idx
+    assert mine["energy_j"] > 0 and mine["power_w"] > 0 and 0 <= mine["util"] <= 1
+    if "auto" in options[1]:
+        assert mine["policy"] == "balanced" and mine["auto_rule"] == "0 past runs < 2: balanced"
+
+
+def test_auto_picks_efficiency_for_a_job_that_kept_its_gpus_idle(cluster: Cluster) -> None:
+    """Two runs of `prep` at 20% GPU use (the fake's load), then `auto` chooses efficiency."""
+    for node in ("a100-01", "a100-02"):
+        fake = FakeDevices(cluster.dev / node / "fake-devices.json")
+        for i in range(4):
+            fake._update(i, load=0.2)
+    try:
+        for _ in range(2):
+            jid = submit(cluster.runner, ["--accel=a100-80gb:1", "--energy=balanced", "-J", "prep",
+                                          "-o", "/dev/null"], "sleep 1")
+            wait_done(cluster.runner, [jid])
+        jid = submit(cluster.runner, ["--accel=a100-80gb:1", "--energy=auto", "-J", "prep",
+                                      "-o", "/dev/null"], "sleep 3")
+        node, _, idx = devices_of(cluster, jid)
+        assert fake_state(cluster, node, idx[0])["clock_level"] == "low"  # efficiency
+        wait_done(cluster.runner, [jid])
+        wait_restored(cluster, node, idx)
+    finally:
+        for node in ("a100-01", "a100-02"):
+            fake = FakeDevices(cluster.dev / node / "fake-devices.json")
+            for i in range(4):
+                fake._update(i, load=0.8)
+
+
+def test_restored_after_scancel(cluster: Cluster) -> None:
+    jid = submit(cluster.runner, ["--accel=h100:1", "--energy=efficiency", "-o", "/dev/null"], "sleep 120")
+    node, _, idx = devices_of(cluster, jid)
+    assert fake_state(cluster, node, idx[0])["limit_w"] == 420.0
+    cluster.runner.run(["scancel", str(jid)])
+    wait_restored(cluster, node, idx)
+
+
+def test_restored_after_slurmstepd_is_killed(cluster: Cluster) -> None:
+    jid = submit(cluster.runner, ["--accel=a100-80gb:2", "--energy=efficiency", "-o", "/dev/null"],
+                 "sleep 120")
+    node, _, idx = devices_of(cluster, jid)
+    assert fake_state(cluster, node, idx[0])["limit_w"] == 240.0
+    pids = subprocess.run(["pgrep", "-f", f"slurmstepd: \\[{jid}\\."], capture_output=True,
+                          text=True, check=False).stdout.split()
+    assert pids, "no slurmstepd for the job"
+    for pid in pids:
+        os.kill(int(pid), signal.SIGKILL)
+    # slurmctld learns of the loss only at the node's next full registration (minutes): the
+    # agent's `node restore` (run by an admin or a timer) sees no slurmstepd and restores now.
+    r = CliRunner().invoke(main, ["node", "restore", "--node", node],
+                           env={"SLURM_CONF": str(cluster.conf)})
+    assert r.exit_code == 0, r.output
+    assert r.output.startswith(f"restored 2 device(s) on {node}: gpu{idx[0]} (job {jid})"), r.output
+    wait_restored(cluster, node, idx)
+    cluster.runner.run(["scancel", str(jid)])
+
+
+def test_agent_log_shows_prolog_and_epilog(cluster: Cluster) -> None:
+    text = (cluster.agent_dir / "agent.log").read_text()
+    assert "INFO prolog job" in text and "INFO epilog job" in text
+    assert "ERROR" not in text, text

@@ -1,0 +1,214 @@
+"""Energy policies, the agent's prolog/epilog on the fake device layer, crash repair."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from slurm_hetero.conf import Profile, render_site
+from slurm_hetero.energy import agent
+from slurm_hetero.energy.comment import merge_comment, parse_comment
+from slurm_hetero.energy.devices import open_devices
+from slurm_hetero.energy.fake import FakeDevices
+from slurm_hetero.energy.npusmi import parse_npu_smi_info
+from slurm_hetero.energy.policies import DEFAULT_POLICIES, AutoRule, EnergyPolicy, parse_power_cap
+from slurm_hetero.errors import InputError
+from slurm_hetero.site import load_site
+from slurm_hetero.site.load import SiteError
+
+ROOT = Path(__file__).resolve().parents[2]
+DEMO = ROOT / "site" / "demo" / "site.yaml"
+
+
+# ---- policies ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("utils", "chosen"), [
+    ([], "balanced"), ([0.1], "balanced"), ([0.2, 0.3], "efficiency"), ([0.9, 0.8], "balanced"),
+    ([0.9] * 10 + [0.1] * 5, "efficiency"),  # only the last `window` runs count
+])
+def test_auto_rule(utils: list[float], chosen: str) -> None:
+    got, why = AutoRule().choose(utils)
+    assert got == chosen and why
+
+
+def test_power_caps() -> None:
+    eff = {p.name: p for p in DEFAULT_POLICIES}["efficiency"]
+    assert eff.power_cap_watts(700) == 420.0
+    assert EnergyPolicy("x", gpu_power_cap="250W").power_cap_watts(700) == 250.0
+    assert EnergyPolicy("x").power_cap_watts(700) is None
+    for bad in ("fast", "0%", "120%", "-5W"):
+        with pytest.raises(ValueError):
+            parse_power_cap(bad)
+
+
+def test_site_policies_validated() -> None:
+    text = DEMO.read_text() + "energy_policies:\n  - {name: eco, gpu_power_cap: 150%}\n  - {name: auto}\n"
+    with pytest.raises(SiteError) as e:
+        load_site_text(text)
+    assert [ln.split(": ", 1)[1] for ln in e.value.lines] == [
+        "energy_policies[0].gpu_power_cap: power cap '150%': a share must be above 0% and at most 100%",
+        "energy_policies: policy 'auto' needs policies 'efficiency' and 'balanced'\n"
+        "    hint: auto picks one of them per job"]
+
+
+def load_site_text(text: str) -> Any:
+    from slurm_hetero.site import load_site_text as load
+
+    return load(text, "site.yaml")
+
+
+def test_site_policies_reach_bridge_and_agent() -> None:
+    text = DEMO.read_text() + ("energy_policies:\n  - {name: fast, cpu_governor: performance, gpu_freq: high}\n"
+                               "  - {name: eco, gpu_power_cap: 200W, gpu_freq: '900'}\n")
+    files = render_site(load_site_text(text))
+    assert '["eco"] = { cpu_freq_gov = nil, gpu_freq = "900" }' in files["job_submit.lua"]
+    assert "energy=fast,eco " in files["plugstack.conf"]
+    cfg = json.loads(files["hetero-agent.json"])
+    assert cfg["policies"]["eco"] == {"gpu_freq": "900", "gpu_power_cap": "200W"}
+    assert {"nodes": "npu-[01-02]", "devices": "npu-smi"} in cfg["groups"]
+    assert {"nodes": "h100-01", "devices": "nvml"} in cfg["groups"]
+
+
+# ---- comments, parsers ----------------------------------------------------------------------
+
+def test_comment_merge_keeps_the_bridge_and_other_nodes() -> None:
+    bridge = '{"hetero":1,"energy":"efficiency","model":"h100"}'
+    first = merge_comment(bridge, {"node_energy": {"n1": {"energy_j": 5.0}}})
+    stored = first.replace('"', "`")  # what sacctmgr keeps
+    second = merge_comment(stored, {"node_energy": {"n2": {"energy_j": 7.0}}})
+    assert parse_comment(second) == {"hetero": 1, "energy": "efficiency", "model": "h100",
+                                     "node_energy": {"n1": {"energy_j": 5.0}, "n2": {"energy_j": 7.0}}}
+    assert parse_comment("an admin's note") == {} and parse_comment("") == {}
+
+
+def test_npu_smi_parse() -> None:
+    # Written from the vendor documentation's `npu-smi info` table (no NPU on this machine).
+    rows = parse_npu_smi_info((ROOT / "tests/data/npu/npu-smi-info-910b.txt").read_text())
+    assert [(r.npu, r.name, r.health, r.power_w, r.aicore_pct, r.hbm_total_mib) for r in rows] == [
+        (0, "910B3", "OK", 93.6, 0, 65536), (1, "910B3", "OK", 90.2, 35, 65536),
+        (2, "910B3", "Warning", 301.5, 97, 65536)]
+    assert rows[1].bus_id == "0000:C2:00.0" and rows[2].hbm_used_mib == 61000
+
+
+def test_no_silent_fake() -> None:
+    assert open_devices("nvml").devices() == []  # no NVML here: no devices, not a fake
+    with pytest.raises(InputError, match="use nvml, npu-smi, none or fake:PATH"):
+        open_devices("fake")
+
+
+# ---- the agent on the fake device layer ----------------------------------------------------
+
+@pytest.fixture
+def cfg(tmp_path: Path) -> agent.AgentConfig:
+    FakeDevices.create(tmp_path / "gpu-node.json", "gpu", 8, "h100", default_w=700, load=0.3)
+    return agent.AgentConfig(
+        state_dir=tmp_path / "agent", history=tmp_path / "agent" / "history.jsonl",
+        groups=[{"nodes": "g01", "devices": f"fake:{tmp_path}/gpu-node.json"}],
+        policies={p.name: p for p in DEFAULT_POLICIES}, auto=AutoRule())
+
+
+@pytest.fixture
+def jobs(monkeypatch: pytest.MonkeyPatch) -> dict[str, agent.JobView]:
+    """Stand-in for `scontrol show job -d` and the accounting update (unit tests only)."""
+    table: dict[str, agent.JobView] = {}
+    comments: dict[str, str] = {}
+    monkeypatch.setattr(agent, "job_view", lambda job_id, node: table[job_id])
+    monkeypatch.setattr(agent, "update_comment", lambda job_id, node, summary: comments.update(
+        {job_id: merge_comment(table[job_id].admin_comment, {"node_energy": {node: summary}})}))
+    table["comments"] = comments  # type: ignore[assignment]
+    return table
+
+
+def fake(cfg: agent.AgentConfig) -> FakeDevices:
+    spec = cfg.devices_for("g01")
+    assert spec
+    return FakeDevices(spec.removeprefix("fake:"))
+
+
+def view(job_id: str, energy: str | None, idx: list[int], name: str = "train") -> agent.JobView:
+    comment = json.dumps({"hetero": 1, "energy": energy}) if energy else ""
+    return agent.JobView(job_id, "alice", name, comment, {"gpu": idx})
+
+
+def test_policy_applied_to_allocated_devices_only_then_restored(cfg: agent.AgentConfig,
+                                                                jobs: dict[str, Any]) -> None:
+    jobs["1"] = view("1", "efficiency", [2, 5])
+    rec = agent.prolog(cfg, "1", "g01")
+    dev = fake(cfg)
+    assert [dev.state(i)["limit_w"] for i in range(8)] == [700, 700, 420, 700, 700, 420, 700, 700]
+    assert dev.state(2)["clock_level"] == "low" and dev.state(3)["clock_level"] == "default"
+    assert rec["policy"] == "efficiency" and rec["devices"][0]["applied"] == ["cap 420W", "clocks low"]
+    summary = agent.epilog(cfg, "1", "g01")
+    assert summary and summary["policy"] == "efficiency" and summary["energy_j"] > 0
+    assert [d["idx"] for d in summary["devices"]] == [2, 5]
+    assert all(dev.state(i)["limit_w"] == 700 and dev.state(i)["clock_level"] == "default"
+               for i in range(8))
+    merged = parse_comment(jobs["comments"]["1"])
+    assert merged["hetero"] == 1 and merged["node_energy"]["g01"]["util"] == 0.3
+    assert not list((cfg.state_dir / "g01").glob("*.json"))
+
+
+def test_no_policy_still_meters(cfg: agent.AgentConfig, jobs: dict[str, Any]) -> None:
+    jobs["2"] = view("2", None, [0])
+    assert agent.prolog(cfg, "2", "g01")["policy"] is None
+    assert fake(cfg).state(0)["limit_w"] == 700
+    summary = agent.epilog(cfg, "2", "g01")
+    assert summary and "policy" not in summary and summary["devices"][0]["energy_j"] >= 0
+
+
+def test_auto_uses_the_jobs_own_history(cfg: agent.AgentConfig, jobs: dict[str, Any]) -> None:
+    for jid in ("10", "11"):  # two low-utilisation runs of the same job name (fake load 0.3)
+        jobs[jid] = view(jid, "balanced", [0])
+        agent.prolog(cfg, jid, "g01")
+        agent.epilog(cfg, jid, "g01")
+    jobs["12"] = view("12", "auto", [1])
+    rec = agent.prolog(cfg, "12", "g01")
+    assert rec["policy"] == "efficiency" and "0.30 < 0.5 over 2 runs" in rec["auto_rule"]
+    jobs["13"] = view("13", "auto", [2], name="other")
+    assert agent.prolog(cfg, "13", "g01")["policy"] == "balanced"
+
+
+def test_crash_between_prolog_and_epilog_is_repaired(cfg: agent.AgentConfig, jobs: dict[str, Any]) -> None:
+    jobs["20"] = view("20", "efficiency", [3])
+    agent.prolog(cfg, "20", "g01")  # ... and the node dies: no epilog
+    dev = fake(cfg)
+    assert dev.state(3)["limit_w"] == 420
+    jobs["21"] = view("21", "performance", [3])  # Slurm hands the device to the next job
+    agent.prolog(cfg, "21", "g01")
+    assert dev.state(3)["limit_w"] == 700 and dev.state(3)["clock_level"] == "high"
+    agent.epilog(cfg, "21", "g01")
+    # `node restore` repairs without waiting for a next job, and drops stale records.
+    jobs["22"] = view("22", "efficiency", [4])
+    agent.prolog(cfg, "22", "g01")
+    assert agent.restore(cfg, "g01", alive=lambda job: False) == ["gpu4 (job 22)"]
+    assert dev.state(4)["limit_w"] == 700
+    assert not list((cfg.state_dir / "g01").glob("job-*.json"))
+
+
+def test_prolog_is_idempotent(cfg: agent.AgentConfig, jobs: dict[str, Any]) -> None:
+    jobs["30"] = view("30", "efficiency", [1])
+    agent.prolog(cfg, "30", "g01")
+    agent.prolog(cfg, "30", "g01")  # Slurm may retry a prolog
+    assert fake(cfg).state(1)["limit_w"] == 420
+    agent.epilog(cfg, "30", "g01")
+    assert agent.epilog(cfg, "30", "g01") is None  # a second epilog finds nothing to do
+    assert fake(cfg).state(1)["limit_w"] == 700
+
+
+def test_entry_point_never_fails(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SLURM_CONF", str(tmp_path / "slurm.conf"))  # no agent config there
+    monkeypatch.setenv("SLURM_JOB_ID", "5")
+    monkeypatch.setenv("SLURMD_NODENAME", "g01")
+    assert agent.prolog_main() == 0 and agent.epilog_main() == 0
+
+
+def test_dev_profile_wires_prolog_and_fake_devices() -> None:
+    files = render_site(load_site(DEMO), Profile(prolog="/v/bin/slurm-hetero-prolog",
+                                                 epilog="/v/bin/slurm-hetero-epilog",
+                                                 agent_devices="fake:/w/dev/{node}/f.json"))
+    assert "Prolog=/v/bin/slurm-hetero-prolog\nEpilog=/v/bin/slurm-hetero-epilog\nPrologFlags=Alloc" in files["slurm.conf"]
+    assert {"nodes": "npu-[01-02]", "devices": "fake:/w/dev/{node}/f.json"} in json.loads(
+        files["hetero-agent.json"])["groups"]
