@@ -63,7 +63,7 @@ def test_policy_applied_metered_and_restored(cluster: Cluster, options: list[str
                                              applied: dict[str, Any]) -> None:
     name = "policy-" + options[1].split("=")[1] + options[0].split("=")[1].replace(":", "-")
     jid = submit(cluster.runner, [*options, "-J", name, "-o", "/dev/null"], "sleep 4")
-    node, kind, idx = devices_of(cluster, jid)
+    node, _, idx = devices_of(cluster, jid)
     for i in idx:
         state = fake_state(cluster, node, i)
         assert {k: state[k] for k in applied} == applied, (node, i, state)
