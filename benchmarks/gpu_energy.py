@@ -56,7 +56,7 @@ def gpu_workloads(scale: float) -> tuple[str, dict[str, Callable[[], None]]]:
 
         def memory_cp() -> None:
             for _ in range(int(60 * scale)):
-                big *= 1.0001
+                cp.multiply(big, 1.0001, out=big)
             cp.cuda.Device().synchronize()
 
         return "cupy", {"compute-bound": compute_cp, "memory-bound": memory_cp}
@@ -117,7 +117,8 @@ def main() -> None:
                 results[(policy.name, name)] = measure(dev, args.index, run)
     finally:
         dev.reset(args.index)
-    print(f"{'policy':<12} {'workload':<14} {'time s':>8} {'energy J':>10} {'time/perf':>10} {'energy/perf':>12}")
+    print(f"{'policy':<12} {'workload':<14} {'time s':>8} {'energy J':>10} {'time/perf':>10} "
+          f"{'energy/perf':>12}")
     for (policy, name), (secs, joules) in results.items():
         base_s, base_j = results[("performance", name)]
         print(f"{policy:<12} {name:<14} {secs:8.2f} {joules:10.1f} {secs / base_s:10.3f} "
