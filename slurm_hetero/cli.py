@@ -165,28 +165,43 @@ def bridge() -> None:
               help="Site file [default: the demo site]")
 @click.option("-o", "--output", type=click.Path(path_type=Path), required=True,
               help="Snapshot file (the bridge reads StateSaveLocation/hetero-snapshot.lua).")
-@click.option("--every", type=float, default=0.0, help="Repeat every SECONDS until SIGTERM.")
-@click.option("--pidfile", type=click.Path(path_type=Path), default=None)
 @reports_errors
-def bridge_snapshot(site_path: Path, output: Path, every: float, pidfile: Path | None) -> None:
-    """Write the capacity snapshot (free and pending devices per pool) from sinfo/squeue."""
-    import os
-
-    from slurm_hetero.bridge.snapshot import run_loop, take_snapshot
+def bridge_snapshot(site_path: Path, output: Path) -> None:
+    """Write the capacity snapshot once (free and pending devices per pool)."""
+    from slurm_hetero.bridge.snapshot import take_snapshot
     from slurm_hetero.site import load_site
     from slurm_hetero.slurm.runner import Runner
 
-    site = load_site(site_path)
-    if every <= 0:
-        caps = take_snapshot(site, Runner(), output)
-        for key, c in caps.items():
-            console.print(f"{key}: free {c.free}/{c.total} (max {c.free_max_node} on one node), "
-                          f"pending {c.pending}")
-        return
+    for key, c in take_snapshot(load_site(site_path), Runner(), output).items():
+        console.print(f"{key}: free {c.free}/{c.total} (max {c.free_max_node} on one node), "
+                      f"pending {c.pending}")
+
+
+@bridge.command("run")
+@click.option("--site", "site_path", type=click.Path(path_type=Path), default=str(DEMO_SITE),
+              help="Site file [default: the demo site]")
+@click.option("--snapshot", type=click.Path(path_type=Path), required=True,
+              help="Capacity snapshot / heartbeat file (StateSaveLocation/hetero-snapshot.lua).")
+@click.option("--every", type=float, default=5.0, show_default=True, help="Seconds per round.")
+@click.option("--margin", type=float, default=120.0, show_default=True,
+              help="Extend a shortened limit when fewer seconds than this are left.")
+@click.option("--pidfile", type=click.Path(path_type=Path), default=None)
+@reports_errors
+def bridge_run(site_path: Path, snapshot: Path, every: float, margin: float,
+               pidfile: Path | None) -> None:
+    """The bridge daemon: snapshot + heartbeat, limit extensions, SiteFactor (until SIGTERM)."""
+    import os
+
+    from slurm_hetero.bridge.daemon import BridgeDaemon, ExtendPolicy
+    from slurm_hetero.site import load_site
+    from slurm_hetero.slurm.runner import Runner
+
+    daemon = BridgeDaemon(load_site(site_path), Runner(), snapshot, every,
+                          extend=ExtendPolicy(margin_s=margin), log=console.print)
     if pidfile:
         pidfile.write_text(f"{os.getpid()}\n")
     try:
-        run_loop(site, Runner(), output, every, log=console.print)
+        daemon.run()
     finally:
         if pidfile:
             pidfile.unlink(missing_ok=True)

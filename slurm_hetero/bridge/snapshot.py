@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from slurm_hetero.bridge.tables import pools
-from slurm_hetero.errors import RuntimeFailure
 from slurm_hetero.site.model import Site
 from slurm_hetero.slurm.parse import parse_gres
 from slurm_hetero.slurm.runner import Runner
@@ -107,34 +106,6 @@ def take_snapshot(site: Site, runner: Runner, path: Path) -> dict[str, PoolCapac
     caps = build_snapshot(site, runner.out(SINFO_ARGS), runner.out(SQUEUE_ARGS))
     write_atomic(path, to_lua(caps, time.time()))
     return caps
-
-
-def run_loop(site: Site, runner: Runner, path: Path, every: float, count: int | None = None,
-             log: object = print) -> None:
-    """Refresh the snapshot every `every` seconds until SIGTERM (or `count` rounds).
-
-    A Slurm command that fails (slurmctld restarting) costs one round, not the loop: the
-    old snapshot simply ages, and the bridge falls back to its static order when stale."""
-    import signal
-
-    say = log if callable(log) else print
-    stop = False
-
-    def on_term(*_: object) -> None:
-        nonlocal stop
-        stop = True
-
-    signal.signal(signal.SIGTERM, on_term)
-    rounds = 0
-    while not stop and (count is None or rounds < count):
-        t0 = time.monotonic()
-        try:
-            take_snapshot(site, runner, path)
-        except RuntimeFailure as e:
-            say(f"snapshot skipped: {e}")
-        rounds += 1
-        while not stop and time.monotonic() - t0 < every and (count is None or rounds < count):
-            time.sleep(0.1)
 
 
 def pool_free(path: Path, key: str) -> int | None:

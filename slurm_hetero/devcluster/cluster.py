@@ -114,8 +114,7 @@ class Cluster:
             Daemon("slurmdbd", self.run / "slurmdbd.pid", "slurmdbd", self.log / "slurmdbd.log"),
             Daemon("slurmctld", self.run / "slurmctld.pid", "slurmctld", self.log / "slurmctld.log"),
         ]
-        out.append(Daemon("bridge-snapshot", self.run / "bridge-snapshot.pid", "bridge snapshot",
-                          self.log / "bridge-snapshot.log"))
+        out.append(Daemon("bridge", self.run / "bridge.pid", "bridge run", self.log / "bridge.log"))
         out += [Daemon(f"slurmd {n}", self.run / f"slurmd-{n}.pid", "slurmd",
                        self.log / f"slurmd-{n}.log") for n in nodes]
         return out
@@ -158,7 +157,7 @@ class Cluster:
         self._start("slurmdbd", ["slurmdbd"], lambda: procs.port_open(dbd_port))
         self._register_accounting(site)
         self._start("slurmctld", ["slurmctld"], self._ctld_ready)
-        self._start_snapshot(site)
+        self.start_bridge(site)
         for n in nodes:
             self._spawn(["slurmd", "-N", n])
         self._wait_idle(timeout - (time.monotonic() - t0))
@@ -274,17 +273,24 @@ class Cluster:
         if not procs.wait_until(lambda: procs.port_open(port), 60):
             raise RuntimeFailure("MariaDB did not come up in 60 s\n" + self.explain())
 
-    def _start_snapshot(self, site: Site) -> None:
-        """The bridge's capacity snapshot, refreshed every 2 s while the cluster runs."""
+    def start_bridge(self, site: Site, every: float = 2.0, margin: float = 120.0) -> None:
+        """The bridge daemon: capacity snapshot (and heartbeat), limit extensions, SiteFactor."""
         if site.path is None:
-            raise InputError("cluster up needs a site loaded from a file (the snapshot re-reads it)")
+            raise InputError("cluster up needs a site loaded from a file (the daemon re-reads it)")
         snap = self.state / "hetero-snapshot.lua"
-        self._spawn([sys.executable, "-m", "slurm_hetero.cli", "bridge", "snapshot",
-                     "--site", str(site.path), "-o", str(snap), "--every", "2",
-                     "--pidfile", str(self.run / "bridge-snapshot.pid")],
-                    log=self.log / "bridge-snapshot.log")
+        snap.unlink(missing_ok=True)
+        self._spawn([sys.executable, "-m", "slurm_hetero.cli", "bridge", "run",
+                     "--site", str(site.path), "--snapshot", str(snap), "--every", str(every),
+                     "--margin", str(margin), "--pidfile", str(self.run / "bridge.pid")],
+                    log=self.log / "bridge.log")
         if not procs.wait_until(snap.exists, 20):
-            raise RuntimeFailure("the bridge snapshot did not appear in 20 s\n" + self.explain())
+            raise RuntimeFailure("the bridge daemon wrote no snapshot in 20 s\n" + self.explain())
+
+    def stop_bridge(self) -> None:
+        d = next(d for d in self.daemons() if d.name == "bridge")
+        pid = self.pid(d)
+        if pid:
+            procs.stop(pid, d.expect)
 
     def _ctld_ready(self) -> bool:
         r = self.runner.run(["scontrol", "ping"], check=False, timeout=5)

@@ -1,0 +1,187 @@
+"""`slurm-hetero bridge run`: the bridge daemon beside slurmctld.
+
+Every round (a few seconds) it
+1. refreshes the capacity snapshot — whose generation time is also the daemon's heartbeat:
+   job_submit.lua shortens no job while the snapshot is stale;
+2. extends the limits of running jobs whose limit the bridge shortened to a predicted
+   quantile (backfill mode), before they run out: doubling, finally the user's own limit —
+   so no job is ever killed before the limit its user asked for;
+3. sets SiteFactor on pending jobs: shorter predicted runtime → higher, with aging so that
+   nothing starves (formula in `site_factor`).
+On start it does step 2 first (jobs may have come close to a shortened limit while it was
+down). SIGTERM stops it cleanly; a slurmctld that does not answer costs a round, not the
+daemon.
+"""
+
+from __future__ import annotations
+
+import math
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from slurm_hetero.bridge.snapshot import take_snapshot
+from slurm_hetero.energy.comment import parse_comment
+from slurm_hetero.errors import RuntimeFailure
+from slurm_hetero.site.model import Site
+from slurm_hetero.slurm.parse import parse_kv_record
+from slurm_hetero.slurm.runner import Runner
+
+Log = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class FactorPolicy:
+    """SiteFactor = round(cap * max(short, age)), where
+
+    short = 1 - ln(1 + p50_min) / ln(1 + horizon_min), clamped to [0, 1]: a 1-minute job
+            gets nearly the cap, a job predicted at the horizon (7 days) or longer gets 0;
+    age   = min(1, waited_s / age_full_s): after age_full_s (1 day) of waiting any job has
+            the cap, so long jobs are never starved by a stream of short ones.
+    p50 is the bridge's central prediction (from the admin comment), else the job's limit.
+    """
+
+    cap: int = 10_000
+    horizon_min: float = 7 * 24 * 60
+    age_full_s: float = 24 * 3600
+
+    def site_factor(self, p50_s: float, waited_s: float) -> int:
+        short = 1 - math.log1p(max(p50_s, 0) / 60) / math.log1p(self.horizon_min)
+        age = min(1.0, max(waited_s, 0) / self.age_full_s)
+        return round(self.cap * max(0.0, min(1.0, max(short, age))))
+
+
+@dataclass(frozen=True)
+class ExtendPolicy:
+    """Extend a shortened job when less than `margin_s` (or 10% of its limit) is left:
+    double the limit, never past the user's own limit."""
+
+    margin_s: float = 120.0
+
+    def new_limit_min(self, limit_min: int, elapsed_s: float, user_min: int) -> int | None:
+        left = limit_min * 60 - elapsed_s
+        if limit_min >= user_min or left > max(self.margin_s, 0.1 * limit_min * 60):
+            return None
+        grown = max(limit_min * 2, math.ceil((elapsed_s + 2 * self.margin_s) / 60))
+        return min(user_min, grown)
+
+
+@dataclass
+class JobRow:
+    job_id: str
+    state: str
+    limit_min: int | None
+    elapsed_s: float
+    waited_s: float
+    decision: dict[str, object] = field(default_factory=dict)
+
+
+def parse_duration_s(text: str) -> float | None:
+    """`1-02:03:04`, `02:03:04`, `03:04`, `UNLIMITED` → seconds (None when unlimited).
+
+    >>> parse_duration_s("1-00:01:05")
+    86465.0
+    """
+    if text in ("UNLIMITED", "Partition_Limit", "NOT_SET", "N/A", ""):
+        return None
+    days, _, rest = text.rpartition("-")
+    parts = [float(p) for p in rest.split(":")]
+    while len(parts) < 3:
+        parts.insert(0, 0.0)
+    h, m, s = parts
+    return (float(days or 0) * 24 + h) * 3600 + m * 60 + s
+
+
+def parse_jobs(text: str, now: float) -> list[JobRow]:
+    """`scontrol show job -o` (one job per line) → the fields the daemon needs."""
+    rows = []
+    for line in text.splitlines():
+        if not line.startswith("JobId="):
+            continue
+        rec = parse_kv_record(line)
+        limit = parse_duration_s(rec.get("TimeLimit", ""))
+        submit = time.mktime(time.strptime(rec["SubmitTime"], "%Y-%m-%dT%H:%M:%S")) \
+            if rec.get("SubmitTime", "Unknown") != "Unknown" else now
+        rows.append(JobRow(
+            job_id=rec["JobId"], state=rec.get("JobState", ""),
+            limit_min=round(limit / 60) if limit is not None else None,
+            elapsed_s=parse_duration_s(rec.get("RunTime", "")) or 0.0,
+            waited_s=now - submit,
+            decision=parse_comment(rec.get("AdminComment", ""))))
+    return rows
+
+
+class BridgeDaemon:
+    def __init__(self, site: Site, runner: Runner, snapshot: Path, every: float = 5.0,
+                 factor: FactorPolicy | None = None, extend: ExtendPolicy | None = None,
+                 log: Log = print):
+        self.site, self.runner, self.snapshot, self.every = site, runner, snapshot, every
+        self.factor = factor or FactorPolicy()
+        self.extend = extend or ExtendPolicy()
+        self.log = log
+        self.stopping = False
+        # What we set last (22.05's scontrol does not show SiteFactor): one RPC per change.
+        self.factors: dict[str, int] = {}
+
+    def jobs(self) -> list[JobRow]:
+        out = self.runner.out(["scontrol", "show", "job", "-o"], timeout=20)
+        return [] if out.startswith("No jobs") else parse_jobs(out, time.time())
+
+    def extend_limits(self, jobs: list[JobRow]) -> int:
+        done = 0
+        for j in jobs:
+            user_min = j.decision.get("user_limit_min")
+            if j.state != "RUNNING" or not j.decision.get("shortened") or j.limit_min is None \
+                    or not isinstance(user_min, int):
+                continue
+            new = self.extend.new_limit_min(j.limit_min, j.elapsed_s, user_min)
+            if new is not None:
+                self.runner.run(["scontrol", "update", f"JobId={j.job_id}", f"TimeLimit={new}"])
+                self.log(f"job {j.job_id}: limit {j.limit_min} -> {new} min "
+                         f"(ran {j.elapsed_s / 60:.1f} min, user limit {user_min})")
+                done += 1
+        return done
+
+    def set_factors(self, jobs: list[JobRow]) -> int:
+        done = 0
+        pending = {j.job_id for j in jobs if j.state == "PENDING"}
+        self.factors = {k: v for k, v in self.factors.items() if k in pending}
+        for j in jobs:
+            if j.state != "PENDING":
+                continue
+            pred = j.decision.get("pred")
+            p50 = pred.get("p50") if isinstance(pred, dict) else None
+            estimate = float(p50) if isinstance(p50, int | float) else (j.limit_min or 60) * 60.0
+            value = self.factor.site_factor(estimate, j.waited_s)
+            if value != self.factors.get(j.job_id):
+                self.runner.run(["scontrol", "update", f"JobId={j.job_id}", f"SiteFactor={value}"],
+                                check=False)  # the job may have started meanwhile
+                self.factors[j.job_id] = value
+                done += 1
+        return done
+
+    def round(self) -> None:
+        take_snapshot(self.site, self.runner, self.snapshot)
+        jobs = self.jobs()
+        self.extend_limits(jobs)
+        self.set_factors(jobs)
+
+    def run(self, rounds: int | None = None) -> None:
+        signal.signal(signal.SIGTERM, lambda *_: setattr(self, "stopping", True))
+        try:  # repair first: jobs may be close to a shortened limit after a pause
+            self.extend_limits(self.jobs())
+        except RuntimeFailure as e:
+            self.log(f"startup repair skipped: {e}")
+        n = 0
+        while not self.stopping and (rounds is None or n < rounds):
+            t0 = time.monotonic()
+            try:
+                self.round()
+            except RuntimeFailure as e:
+                self.log(f"round skipped: {e}")
+            n += 1
+            while not self.stopping and time.monotonic() - t0 < self.every and (rounds is None or n < rounds):
+                time.sleep(0.1)
+        self.log("bridge daemon stopped")
