@@ -11,32 +11,30 @@ import os
 from pathlib import Path
 
 import pandas as pd
-import pyarrow as pa
-import pyarrow.parquet as pq
 
 from slurm_hetero.errors import InputError
 
-SCHEMA = pa.schema([
-    ("source", pa.string()),      # "swf:KTH-SP2-1996-2.1-cln", "sacct:mycluster"
-    ("job_id", pa.string()),      # strings: sacct ids look like 1234, 1234_7 or 1234+0
-    ("user", pa.string()),
-    ("account", pa.string()),
-    ("submit", pa.int64()),
-    ("start", pa.int64()),
-    ("end", pa.int64()),
-    ("runtime_s", pa.int64()),
-    ("req_time_s", pa.int64()),   # the user's estimate (time limit); -1 when none was given
-    ("req_cpus", pa.int64()),
-    ("req_accel", pa.int64()),    # accelerator devices asked for (GPUs, NPUs), whole job
-    ("req_mem_mb", pa.int64()),
-    ("partition", pa.string()),
-    ("qos", pa.string()),
-    ("name", pa.string()),
-    ("status", pa.string()),      # completed, failed, cancelled, timeout, node_fail, oom, unknown
-])
-COLUMNS = tuple(SCHEMA.names)
-INT_COLUMNS = tuple(f.name for f in SCHEMA if pa.types.is_integer(f.type))
-STR_COLUMNS = tuple(f.name for f in SCHEMA if pa.types.is_string(f.type))
+SCHEMA: tuple[tuple[str, type], ...] = (
+    ("source", str),      # "swf:KTH-SP2-1996-2.1-cln", "sacct:mycluster"
+    ("job_id", str),      # strings: sacct ids look like 1234, 1234_7 or 1234+0
+    ("user", str),
+    ("account", str),
+    ("submit", int),
+    ("start", int),
+    ("end", int),
+    ("runtime_s", int),
+    ("req_time_s", int),  # the user's estimate (time limit); -1 when none was given
+    ("req_cpus", int),
+    ("req_accel", int),   # accelerator devices asked for (GPUs, NPUs), whole job
+    ("req_mem_mb", int),
+    ("partition", str),
+    ("qos", str),
+    ("name", str),
+    ("status", str),      # completed, failed, cancelled, timeout, node_fail, oom, preempted, unknown
+)
+COLUMNS = tuple(name for name, _ in SCHEMA)
+INT_COLUMNS = tuple(name for name, kind in SCHEMA if kind is int)
+STR_COLUMNS = tuple(name for name, kind in SCHEMA if kind is str)
 KEY = ["source", "job_id"]
 
 
@@ -62,13 +60,13 @@ def read(path: Path) -> pd.DataFrame:
     if not path.is_file():
         raise InputError(f"{path}: no such job table (create it with `slurm-hetero model ingest`)")
     try:
-        table = pq.read_table(path)
-    except (pa.ArrowInvalid, OSError) as e:
+        df = pd.read_parquet(path)
+    except (ValueError, OSError) as e:  # pyarrow's errors derive from these
         raise InputError(f"{path}: not a Parquet job table: {e}") from e
-    missing = [c for c in COLUMNS if c not in table.column_names]
+    missing = [c for c in COLUMNS if c not in df.columns]
     if missing:
         raise InputError(f"{path}: not a job table, missing columns {', '.join(missing)}")
-    return normalize(table.select(list(COLUMNS)).to_pandas())
+    return normalize(df)
 
 
 def write(df: pd.DataFrame, path: Path) -> None:
@@ -76,9 +74,11 @@ def write(df: pd.DataFrame, path: Path) -> None:
     df = normalize(df).sort_values(["submit", "source", "job_id"], kind="stable")
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    pq.write_table(pa.Table.from_pandas(df, schema=SCHEMA, preserve_index=False), tmp,
-                   compression="zstd")
-    tmp.replace(path)
+    try:
+        df.to_parquet(tmp, index=False, compression="zstd")
+        tmp.replace(path)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def merge(*tables: pd.DataFrame) -> pd.DataFrame:
