@@ -67,6 +67,8 @@ class Profile:
     # Device backend per node; None: by the node's stack (cuda: nvml, cann: npu-smi).
     # "{node}" is replaced by the node's name (the dev cluster's fake keeps a file per node).
     agent_devices: str | None = None
+    # An exported runtime model (`slurm-hetero model export`), compiled into job_submit.lua.
+    model_lua: str | None = None
     snapshot_stale_s: int = 30
     # containers (issue 6): the node-side wrapper and TaskProlog run as `python -I -S` from
     # hetero_lib, the folder holding the slurm_hetero package (stdlib-only modules).
@@ -147,12 +149,46 @@ def _context(site: Site, profile: Profile) -> dict[str, object]:
                                                  for a in g.accelerators) else set())),
         "gres_lines": gres_lines,
         "gres_prefix": "gres:" if profile.slurm_version < (23, 2) else "gres/",
+        "model_lua": lua_long_string(profile.model_lua) if profile.model_lua else None,
+        "partition_limits": {p.name: m for p in site.partitions
+                             if (m := slurm_minutes(p.default_time or p.max_time)) is not None},
         "snapshot_path": profile.snapshot_path,
         "snapshot_check_s": profile.snapshot_check_s,
         "snapshot_stale_s": profile.snapshot_stale_s,
         **bridge_context(site),
         **container_context(site, profile),
     }
+
+
+def lua_long_string(text: str) -> str:
+    """text as a Lua long-bracket literal whose closing bracket cannot occur inside it."""
+    level = 0
+    while f"]{'=' * level}]" in text:
+        level += 1
+    eq = "=" * level
+    return f"[{eq}[\n{text}]{eq}]"
+
+
+def slurm_minutes(text: str | None) -> int | None:
+    """A Slurm time (`2-00:00:00`, `1:00:00`, `30`) in minutes; None for UNLIMITED.
+
+    >>> slurm_minutes("2-00:00:00"), slurm_minutes("1:30:00"), slurm_minutes("UNLIMITED")
+    (2880, 90, None)
+    """
+    if text is None or text.upper() in ("UNLIMITED", "INFINITE"):
+        return None
+    days, _, rest = text.rpartition("-")
+    parts = [int(x) for x in rest.split(":")]
+    # Slurm reads "M", "M:S", "H:M:S"; with days, "D-H", "D-H:M", "D-H:M:S".
+    if days:
+        h, m, sec = (parts + [0, 0])[:3]
+    elif len(parts) == 3:
+        h, m, sec = parts
+    elif len(parts) == 2:
+        h, m, sec = 0, parts[0], parts[1]
+    else:
+        h, m, sec = 0, parts[0], 0
+    return int(days or 0) * 1440 + h * 60 + m + (1 if sec else 0)
 
 
 def _env() -> jinja2.Environment:

@@ -213,7 +213,8 @@ class _Builder:
                 self.err(("partitions", i, "name"), f"duplicate partition {p['name']!r}")
             seen.add(p["name"])
             out.append(Partition(p["name"], bool(p.get("default", False)),
-                                 p.get("max_time", "UNLIMITED"), p.get("default_time")))
+                                 p.get("max_time", "UNLIMITED"), p.get("default_time"),
+                                 bool(p.get("predicted_limits", False))))
         if sum(p.default for p in out) > 1:
             self.err(("partitions",), "more than one partition has default: true",
                      "mark exactly one partition as the default (or none)")

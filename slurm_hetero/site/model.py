@@ -88,6 +88,7 @@ class Partition:
     default: bool = False
     max_time: str = "UNLIMITED"
     default_time: str | None = None
+    predicted_limits: bool = False  # backfill mode: limits set to the predicted quantile
 
 
 @dataclass(frozen=True)

@@ -462,6 +462,51 @@ local function decide(job_desc, opts, now)
     return set
 end
 
+-- ---- runtime prediction (compiled-in model) and backfill mode -----------------------------
+-- With a model, every job's prediction (central and upper quantile, seconds) goes into the
+-- admin comment. In partitions in backfill mode, while the bridge daemon's heartbeat (the
+-- snapshot) is fresh, the job's limit becomes the upper quantile so backfill can plan with
+-- it; the user's own limit is kept in the comment and the daemon extends the limit before
+-- it runs out, finally to the user's limit: no job is killed earlier than its user asked.
+local PREDICTED_LIMITS = { }
+-- Minutes: the limit a job gets from its partition when its user gives none.
+local PARTITION_LIMITS = {
+    ["cpu"] = 60,
+    ["gpu"] = 60,
+    ["npu"] = 60,
+}
+local NO_VAL = 4294967294
+local MODEL = nil
+
+local function first_partition(list)
+    return list and string.match(list, "^[^,]+")
+end
+
+local function add_prediction(job_desc, set, now)
+    -- The job as it will be: our changes over the user's request.
+    local view = setmetatable({}, { __index = function(_, k)
+        if set[k] ~= nil then return set[k] end
+        return job_desc[k]
+    end })
+    local partition = first_partition(view.partition) or "cpu"
+    local user_min = view.time_limit
+    if user_min == nil or user_min >= NO_VAL or user_min == 0 then user_min = PARTITION_LIMITS[partition] end
+    local job = MODEL.job_from_desc(view, now, partition)
+    if user_min then job.time_limit_s = user_min * 60 end
+    local p50, p90 = MODEL.predict(job)
+    local pred = string.format('"pred":{"p50":%d,"p90":%d}', math.ceil(p50), math.ceil(p90))
+    local _, age = snapshot(now)
+    if PREDICTED_LIMITS[partition] and user_min and age and age <= SNAPSHOT_STALE_S then
+        local short = math.max(1, math.ceil(p90 / 60))
+        if short < user_min then
+            set.time_limit = short
+            pred = pred .. ',"shortened":true,"user_limit_min":' .. user_min
+        end
+    end
+    local comment = set.admin_comment or '{"hetero":1}'
+    set.admin_comment = string.sub(comment, 1, -2) .. "," .. pred .. "}"
+end
+
 local function route_plain(job_desc)
     if job_desc.partition ~= nil or job_desc.tres_per_node == nil then return end
     for item in string.gmatch(job_desc.tres_per_node, "[^,]+") do
@@ -478,10 +523,20 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
         local opts = read_options(job_desc)
         -- A plain --gres request is routed with hetero options too (e.g. --image with --gres=npu:1).
         route_plain(job_desc)
+        local now = os.time()
+        local set, err
         if opts == nil then
-            return plain_container(job_desc)  -- containers (issue 6)
+            set, err = plain_container(job_desc)  -- containers (issue 6)
+        else
+            set, err = decide(job_desc, opts, now)
         end
-        return decide(job_desc, opts, os.time())
+        if set ~= nil and MODEL ~= nil then
+            local pok, perr = pcall(add_prediction, job_desc, set, now)
+            if not pok then  -- a failed prediction must not undo the rest of the decision
+                slurm.log_error("slurm-hetero: runtime prediction failed: %s", tostring(perr))
+            end
+        end
+        return set, err
     end)
     if not ok then
         slurm.log_error("slurm-hetero: internal error, job passed unchanged: %s", tostring(set))
