@@ -181,7 +181,7 @@ def slurm_minutes(text: str | None) -> int | None:
     parts = [int(x) for x in rest.split(":")]
     # Slurm reads "M", "M:S", "H:M:S"; with days, "D-H", "D-H:M", "D-H:M:S".
     if days:
-        h, m, sec = (parts + [0, 0])[:3]
+        h, m, sec = [*parts, 0, 0][:3]
     elif len(parts) == 3:
         h, m, sec = parts
     elif len(parts) == 2:
