@@ -56,6 +56,12 @@ def main() -> None:
     """Schedule heterogeneous Slurm clusters (ARM/x86, GPUs, NPUs) well."""
 
 
+def _register_commands() -> None:
+    from slurm_hetero.reports.cli import report
+
+    main.add_command(report)
+
+
 @main.group()
 def site() -> None:
     """Validate and summarize site files."""
@@ -290,6 +296,8 @@ def demo(site_path: Path, workdir: Path | None) -> None:
     name = load_site(site_path).name
     sys.exit(run_demo(site_path, workdir or default_workdir(name), console))
 
+
+_register_commands()
 
 if __name__ == "__main__":
     main()

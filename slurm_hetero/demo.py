@@ -8,6 +8,7 @@ and a typo the bridge rejects.
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 from rich.console import Console
@@ -16,6 +17,7 @@ from rich.table import Table
 from slurm_hetero.bridge.snapshot import wait_for_pool
 from slurm_hetero.devcluster import Cluster
 from slurm_hetero.errors import RuntimeFailure
+from slurm_hetero.reports import Period, sacct_report, write_html
 from slurm_hetero.site import load_site
 from slurm_hetero.slurm.jobs import sacct_jobs, submit, wait_done
 from slurm_hetero.slurm.parse import parse_tres
@@ -97,6 +99,7 @@ def run_demo(site_path: Path, workdir: Path, console: Console) -> int:
     out_dir.mkdir(exist_ok=True)
     runner = cluster.runner
 
+    started = time.time()
     ids = _run_jobs(runner, PLAIN_JOBS, out_dir)
     table, failed = _table("1. plain Slurm requests: where each ran, what it got", runner, ids, False)
     console.print(table)
@@ -116,6 +119,10 @@ def run_demo(site_path: Path, workdir: Path, console: Console) -> int:
     console.print(f"3. a typo is rejected before it queues: [bold]sbatch {' '.join(TYPO)}[/bold] "
                   f"(exit {r.returncode})")
     console.print("\n".join(f"   {ln}" for ln in r.stderr.strip().splitlines()), markup=False)
+
+    report = sacct_report(site, runner, Period(started - 1, time.time(), True, True))
+    path = write_html(report, cluster.workdir / "report.html")
+    console.print(f"4. the accounting report of the demo's jobs: [bold]{path}[/bold]")
 
     console.print(f"\nthe cluster stays up. use it:  [bold]export SLURM_CONF={cluster.conf}[/bold]")
     console.print("   e.g. sbatch --accel=any:2 --tier=gold --wrap 'echo $SLURMD_NODENAME'")

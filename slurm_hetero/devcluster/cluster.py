@@ -280,7 +280,7 @@ class Cluster:
         snap = self.state / "hetero-snapshot.lua"
         snap.unlink(missing_ok=True)
         self._spawn([sys.executable, "-m", "slurm_hetero.cli", "bridge", "run",
-                     "--site", str(site.path), "--snapshot", str(snap), "--every", str(every),
+                     "--site", str(site.path.resolve()), "--snapshot", str(snap), "--every", str(every),
                      "--margin", str(margin), "--pidfile", str(self.run / "bridge.pid")],
                     log=self.log / "bridge.log")
         if not procs.wait_until(snap.exists, 20):

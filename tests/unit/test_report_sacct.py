@@ -1,0 +1,214 @@
+"""sacct text → job table, and the day-chunked, cached fetching (through a fake runner)."""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from slurm_hetero.errors import RuntimeFailure
+from slurm_hetero.reports import accounting as A
+from slurm_hetero.reports.data import SacctSource, accounting_identity, chunk_settled
+from slurm_hetero.site import Site, load_site
+from slurm_hetero.slurm.runner import Runner, SlurmCommandError
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "reports"
+DEMO = Path(__file__).resolve().parents[2] / "site" / "demo" / "site.yaml"
+
+
+@pytest.fixture(scope="module")
+def site() -> Site:
+    return load_site(DEMO)
+
+
+def _jobs(site: Site, *names: str) -> dict[str, dict[str, object]]:
+    raw = A.read_sacct((DATA / n).read_text() for n in names)
+    table = A.jobs_from_sacct(raw.frame, site)
+    return {str(r["job"]): r for r in table.to_dict("records")}
+
+
+def test_captured_sacct_drops_steps_and_maps_gres_to_models(site: Site) -> None:
+    jobs = _jobs(site, "sacct-22.05.psv")
+    assert sorted(jobs, key=int) == ["1", "2", "3", "4", "5", "6", "7", "9", "11", "12"]
+    assert (jobs["1"]["model"], jobs["1"]["arch"], jobs["1"]["devices"]) == ("h100", "x86_64", 1.0)
+    assert (jobs["2"]["model"], jobs["2"]["arch"]) == ("ascend-910b", "aarch64")  # gres/npu:910b
+    assert jobs["3"]["units"] == pytest.approx(2 * site.catalog["a100-80gb"].units)
+    # A V100 shard is a quarter of a device (shards_per_device: 4 in the demo site).
+    assert (jobs["6"]["model"], jobs["6"]["accel_class"], jobs["6"]["devices"]) == ("v100", "v100/shard", 0.25)
+    assert (jobs["7"]["model"], jobs["7"]["accel_class"], jobs["7"]["arch"]) == ("", "cpu", "aarch64")
+    # TotalCPU of the allocation line already sums the steps (00:00.997 = .612 + .384 + extern).
+    assert jobs["9"]["cpu_time"] == pytest.approx(0.997)
+    assert jobs["11"]["limit"] == 300.0 and jobs["11"]["state"] == "COMPLETED"
+    assert jobs["1"]["submit"] == 1796033027.0 and jobs["1"]["elapsed"] == 3.0
+
+
+def test_bridge_decisions_read_from_the_admin_comment(site: Site) -> None:
+    jobs = _jobs(site, "sacct-22.05.psv")
+    assert (jobs["4"]["hetero"], jobs["4"]["req_kind"], jobs["4"]["pool"]) == (True, "any", "v100@x86_64")
+    assert (jobs["4"]["tier"], jobs["4"]["policy"], jobs["4"]["why"]) == ("silver", "efficiency", "starts-now")
+    assert (jobs["5"]["req"], jobs["5"]["req_kind"]) == ("units=2", "units")
+    assert (jobs["12"]["req_kind"], jobs["12"]["policy"]) == ("named", "performance")
+    assert jobs["1"]["hetero"] is False or not jobs["1"]["hetero"]
+
+
+def test_handwritten_edge_cases(site: Site) -> None:
+    jobs = _jobs(site, "sacct-handwritten.psv")
+    j101, j102 = jobs["101"], jobs["102"]
+    assert (j101["pred_p50"], j101["pred_p90"], j101["energy_j"]) == (3000.0, 4800.0, 2160000.0)
+    assert j101["accel_util"] == 70.0 and j101["cpu_time"] == 6 * 3600
+    # No top-level energy_j: the devices' energy adds up; a non-numeric util is ignored.
+    assert (j102["energy_j"], j102["accel_util"]) == (3000000.0, 90.0)
+    # A truncated decision is no decision; the job itself is still reported.
+    assert (jobs["103"]["hetero"], jobs["103"]["req"], jobs["103"]["model"]) == (False, "", "ascend-910b")
+    # Free text in the admin comment; Slurm's own ConsumedEnergy is used when nothing else is.
+    assert (jobs["104"]["hetero"], jobs["104"]["energy_j"]) == (False, 540000.0)
+    assert math.isnan(jobs["105"]["end"]) and jobs["105"]["arch"] == "x86_64"  # a100-[01-02] → a100-01
+    assert jobs["106"]["state"] == "PENDING" and math.isnan(jobs["106"]["start"])
+    assert jobs["106"]["reason"] == "Priority" and jobs["106"]["accel_class"] == "cpu"
+    # Cancelled while pending: Slurm sets Start = End; it never ran.
+    assert jobs["107"]["state"] == "CANCELLED" and math.isnan(jobs["107"]["start"])
+    assert jobs["108_3"]["state"] == "TIMEOUT"
+
+
+def test_the_node_agents_figures_after_sacctmgr_rewrote_the_quotes(site: Site) -> None:
+    """The energy agent's "node_energy" as the real cluster stores it (quotes as backquotes)."""
+    j = _jobs(site, "sacct-handwritten.psv")["111"]
+    assert (j["hetero"], j["req_kind"], j["pool"], j["why"]) == (True, "any", "ascend-910b@aarch64", "least-backlog")
+    assert j["energy_j"] == 780.3
+    assert j["accel_util"] == pytest.approx(70.0)  # devices 0.8 and 0.6, as fractions
+    assert j["policy"] == "efficiency"  # the policy the agent applied ("auto" resolved)
+
+
+def test_chunks_dedupe_jobs_seen_on_several_days(site: Site) -> None:
+    text = (DATA / "sacct-handwritten.psv").read_text()
+    raw = A.read_sacct([text, text.replace("RUNNING", "COMPLETED")])
+    assert len(raw.frame) == 9
+    table = A.jobs_from_sacct(raw.frame, site)
+    assert table.loc[table["job"] == "105", "state"].iloc[0] == "COMPLETED"  # the later chunk wins
+
+
+def test_short_lines_are_counted_and_extra_separators_stay_in_the_comment(site: Site) -> None:
+    lines = (DATA / "sacct-handwritten.psv").read_text().splitlines()
+    short = A.DELIM.join(lines[3].split(A.DELIM)[:5])
+    raw = A.read_sacct(["\n".join([*lines, short]) + "\n"])
+    assert (len(raw.frame), raw.skipped) == (9, 1)
+    extra = lines[3] + A.DELIM + "tail"
+    raw = A.read_sacct(["\n".join([lines[0], extra]) + "\n"])
+    assert len(raw.frame) == 2 and raw.frame["AdminComment"].astype(str).iloc[1].endswith(A.DELIM + "tail")
+
+
+def test_unknown_gres_and_no_site_still_report(site: Site) -> None:
+    text = (DATA / "sacct-handwritten.psv").read_text().replace("gres/gpu:h100=2", "gres/gpu:b200=2")
+    table = A.jobs_from_sacct(A.read_sacct([text]).frame, site)
+    row = table[table["job"] == "101"].iloc[0]
+    assert (row["model"], row["devices"]) == ("b200", 2.0) and math.isnan(row["units"])
+    bare = A.jobs_from_sacct(A.read_sacct([text]).frame, None)
+    assert set(bare["arch"]) <= {"unknown", ""}
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("00:00.997", 0.997), ("12:34", 754.0), ("1:02:03", 3723.0), ("2-01:00:00", 176400.0), ("", math.nan),
+    ("garbage", math.nan)])
+def test_cpu_seconds(text: str, expected: float) -> None:
+    got = A.cpu_seconds(text)
+    assert (math.isnan(got) and math.isnan(expected)) or got == pytest.approx(expected)
+
+
+def test_decisions_never_fail_on_odd_comments() -> None:
+    for comment in ["", "{", "[1,2]", '{"hetero":1,"pred":[1],"devices":"x","energy_j":true}',
+                    '{"hetero":1,"energy_j":1e400}', '{"other":1}', "null"]:
+        d = A.parse_admin_comment(comment)
+        assert d == {} or math.isnan(d["energy_j"])
+    agent_only = A.parse_admin_comment('{`node_energy`:{`h100-01`:{`energy_j`:12.5}}}')
+    assert (agent_only["hetero"], agent_only["energy_j"]) == (False, 12.5)  # a plain job, metered
+
+
+def test_squeue_pending() -> None:
+    frame = A.parse_squeue_pending("8|cpu|gold|root|hetero|1796033267|JobHeldUser\n"
+                                   "9|gpu,npu|gold|root|hetero|1796033268|(Resources)\n")
+    assert list(frame["reason"]) == ["JobHeldUser", "Resources"]
+    assert frame["submit"].tolist() == [1796033267.0, 1796033268.0]
+
+
+# ---- fetching and caching ----------------------------------------------------------------
+
+@dataclass
+class FakeSacct(Runner):
+    """The runner patch point: answers sacct from canned text, records every call.
+
+    A dataclass like Runner, so the copy SacctSource makes keeps the text and the call list."""
+
+    slurm_conf: str | None = "/nonexistent/slurm.conf"
+    text: str = ""
+    fail: bool = False
+    calls: list[list[str]] = field(default_factory=list)
+
+    def run(self, argv: Sequence[str], *, check: bool = True, timeout: float | None = None,
+            input: str | None = None) -> subprocess.CompletedProcess[str]:
+        self.calls.append(list(argv))
+        assert self.extra_env.get("SLURM_TIME_FORMAT") == "%s"
+        if self.fail:
+            raise SlurmCommandError(argv, 1, "sacct: error: Problem talking to the database: "
+                                    "Connection refused")
+        return subprocess.CompletedProcess(argv, 0, self.text, "")
+
+
+def _midnight(days_ago: int) -> float:
+    today = datetime.now().replace(hour=0, minute=0, second=0, microsecond=0)
+    return (today - timedelta(days=days_ago)).timestamp()
+
+
+def test_past_settled_days_come_from_the_cache(tmp_path: Path) -> None:
+    done = (DATA / "sacct-22.05.psv").read_text()
+    fake = FakeSacct(text=done)
+    now = time.time()
+    src = SacctSource(fake, tmp_path, now=now)
+    texts = src.texts(_midnight(3), now)
+    assert len(texts) == 4 and (src.fetched, src.hits) == (4, 0)
+    again = SacctSource(fake, tmp_path, now=now)
+    assert again.texts(_midnight(3), now) == texts
+    assert (again.fetched, again.hits) == (1, 3)  # only today is asked again
+    argv = fake.calls[0]
+    assert argv[:5] == ["sacct", "-a", "-n", "-P", f"--delimiter={A.DELIM}"]
+    assert argv[argv.index("-S") + 1] == datetime.fromtimestamp(_midnight(3)).strftime("%Y-%m-%dT%H:%M:%S")
+
+
+def test_a_day_with_a_running_job_is_never_cached(tmp_path: Path) -> None:
+    running = (DATA / "sacct-handwritten.psv").read_text()
+    assert not chunk_settled(running, _midnight(1), time.time())
+    assert chunk_settled((DATA / "sacct-22.05.psv").read_text(), _midnight(1), time.time())
+    assert not chunk_settled((DATA / "sacct-22.05.psv").read_text(), time.time() - 60, time.time())
+
+
+def test_unreachable_slurmdbd_is_a_runtime_failure_that_says_so(tmp_path: Path) -> None:
+    fake = FakeSacct(fail=True)
+    src = SacctSource(fake, None)
+    with pytest.raises(RuntimeFailure) as e:
+        src.texts(_midnight(0), time.time())
+    assert "slurmdbd" in str(e.value) and "Connection refused" in str(e.value)
+
+
+def test_cache_key_names_the_accounting_database(tmp_path: Path) -> None:
+    conf = tmp_path / "slurm.conf"
+    conf.write_text("ClusterName=alpha\nAccountingStorageHost=db1 # main\nAccountingStoragePort=6819\n")
+    ident = accounting_identity(Runner(slurm_conf=str(conf)))
+    assert (ident["clustername"], ident["accountingstoragehost"], ident["accountingstorageport"]) == (
+        "alpha", "db1", "6819")
+    a = SacctSource(Runner(slurm_conf=str(conf)), tmp_path).cache_dir
+    conf.write_text("ClusterName=beta\n")
+    b = SacctSource(Runner(slurm_conf=str(conf)), tmp_path).cache_dir
+    assert a != b
+
+
+def test_energy_sentinels_are_unknown(site: Site) -> None:
+    text = (DATA / "sacct-handwritten.psv").read_text().replace(
+        f"cpu-x86-02{A.DELIM}540000", f"cpu-x86-02{A.DELIM}18446744073709551614")
+    table = A.jobs_from_sacct(A.read_sacct([text]).frame, site)
+    assert np.isnan(table.loc[table["job"] == "104", "energy_j"].iloc[0])
