@@ -57,9 +57,12 @@ def main() -> None:
 
 
 def _register_commands() -> None:
+    """Commands that live next to their library (imported late: they use reports_errors)."""
+    from slurm_hetero.containers.cli import container
     from slurm_hetero.reports.cli import report
 
     main.add_command(report)
+    main.add_command(container)
 
 
 @main.group()

@@ -15,6 +15,7 @@ from rich.console import Console
 from rich.table import Table
 
 from slurm_hetero.bridge.snapshot import wait_for_pool
+from slurm_hetero.containers.demo import run_container_demo
 from slurm_hetero.devcluster import Cluster
 from slurm_hetero.errors import RuntimeFailure
 from slurm_hetero.reports import Period, sacct_report, write_html
@@ -120,11 +121,14 @@ def run_demo(site_path: Path, workdir: Path, console: Console) -> int:
                   f"(exit {r.returncode})")
     console.print("\n".join(f"   {ln}" for ln in r.stderr.strip().splitlines()), markup=False)
 
+    failed3 = run_container_demo(cluster, site, console, out_dir)
+
     report = sacct_report(site, runner, Period(started - 1, time.time(), True, True))
     path = write_html(report, cluster.workdir / "report.html")
-    console.print(f"4. the accounting report of the demo's jobs: [bold]{path}[/bold]")
+    console.print(f"the accounting report of the demo's jobs: [bold]{path}[/bold]")
 
     console.print(f"\nthe cluster stays up. use it:  [bold]export SLURM_CONF={cluster.conf}[/bold]")
     console.print("   e.g. sbatch --accel=any:2 --tier=gold --wrap 'echo $SLURMD_NODENAME'")
+    console.print("        sbatch --image=pytorch:24.05 --gres=npu:1 --wrap 'cat /etc/hetero-variant'")
     console.print(f"stop it: slurm-hetero cluster down --workdir {cluster.workdir}")
-    return 1 if failed or failed2 or r.returncode == 0 else 0
+    return 1 if failed or failed2 or failed3 or r.returncode == 0 else 0

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 
 import pytest
 
 from slurm_hetero.bridge.snapshot import wait_for_pool
+from slurm_hetero.conf import Profile
 from slurm_hetero.devcluster import Cluster
 from slurm_hetero.slurm.jobs import sacct_jobs, submit, wait_done
 from slurm_hetero.slurm.parse import parse_kv_record
@@ -63,6 +65,7 @@ def test_option_forms_through_sbatch(cluster: Cluster, opts: list[str], tres: st
 def _snapshot_shows(c: Cluster, key: str, free: int) -> None:
     assert wait_for_pool(c.state / "hetero-snapshot.lua", key, free), \
         (c.state / "hetero-snapshot.lua").read_text()
+    time.sleep(Profile().snapshot_check_s + 0.5)  # the bridge re-reads it at most this often
 
 
 def test_any_goes_to_the_free_pool(cluster: Cluster) -> None:

@@ -9,6 +9,7 @@ from click.testing import CliRunner
 
 from slurm_hetero.cli import main
 from slurm_hetero.devcluster import Cluster
+from slurm_hetero.devcluster.procs import wait_until
 from slurm_hetero.site import Site, load_site
 from slurm_hetero.slurm.jobs import sacct_jobs, submit, wait_done
 from slurm_hetero.slurm.parse import parse_gres, parse_tres
@@ -16,6 +17,8 @@ from tests.integration.conftest import ROOT, assert_nothing_left
 
 
 def test_every_node_idle_with_declared_resources(cluster: Cluster, demo_site: Site) -> None:
+    # Jobs of earlier tests may still be completing (their epilogs run): let them finish.
+    assert wait_until(lambda: {n.state for n in cluster.nodes().values()} == {"idle"}, 60)
     nodes = cluster.nodes()
     assert set(nodes) == set(demo_site.all_nodes)
     for g in demo_site.node_groups:

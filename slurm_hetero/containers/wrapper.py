@@ -1,0 +1,190 @@
+"""oci.conf's RunTimeRun: pick the image variant for this node, write config.json, exec runc.
+
+slurmstepd runs it as the job's user, in the step's spool folder, after writing its own
+config.json there (%b) from the bundle the job named (--container, set by the bridge from
+--image to <images_root>/<name>/<tag>, a stub). We replace that config.json with one for
+the right variant and the job's devices, then exec runc on it, so runc is the task
+process slurmstepd signals and waits for. Any refusal exits before runc: the job ends
+FAILED with our one-line reason in its output; the node stays up.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import posixpath
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from slurm_hetero.containers.catalog import Image, ImageVariant
+from slurm_hetero.containers.gres import job_allocation, parse_ranges
+from slurm_hetero.containers.nodeconf import NodeConfig, NodeFacts
+from slurm_hetero.containers.ociconfig import (
+    MOUNTS_VAR,
+    DevicePlan,
+    always_mounts,
+    build_config,
+    check_mounts,
+    driver_mounts,
+    env_dict,
+    plan_devices,
+)
+from slurm_hetero.containers.resolve import NoVariant, resolve
+from slurm_hetero.errors import HeteroError, InputError, RuntimeFailure
+
+PREFIX = "slurm-hetero"
+
+
+class NotInCatalog(InputError):
+    pass
+
+
+def read_json(path: str, what: str) -> dict[str, Any]:
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except OSError as e:
+        raise RuntimeFailure(f"{what} {path}: {e.strerror}") from e
+    except ValueError as e:
+        raise RuntimeFailure(f"{what} {path}: not valid JSON: {e}") from e
+    if not isinstance(data, dict):
+        raise RuntimeFailure(f"{what} {path}: not a JSON object")
+    return data
+
+
+def write_json_atomic(path: str, data: dict[str, Any]) -> None:
+    # Same folder (rename stays atomic); pid-named: tempfile's import costs start-up time.
+    tmp = f"{path}.{os.getpid()}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o640)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(data, f, indent=1)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
+def requested_image(slurm_cfg: dict[str, Any], conf: NodeConfig) -> Image:
+    """The catalog image whose stub the job's --container named.
+
+    slurmstepd made root.path absolute from the bundle path and the stub's "rootfs";
+    SLURM_CONTAINER holds the bundle path as the job gave it. Both must name the same stub
+    under images_root, or the bundle is not ours (a user's own config.json is never used)."""
+    root = posixpath.normpath(str((slurm_cfg.get("root") or {}).get("path", "")))
+    bundle = posixpath.dirname(root)
+    images_root = posixpath.normpath(conf.images_root)
+    container = env_dict((slurm_cfg.get("process") or {}).get("env") or []).get("SLURM_CONTAINER")
+    known = ", ".join(conf.image_refs()) or "none"
+    shown = container or bundle
+    if posixpath.basename(root) != "rootfs" or not bundle.startswith(images_root + "/") or \
+            (container is not None and posixpath.normpath(container) != bundle):
+        raise NotInCatalog(f"--container={shown} is not an image of site {conf.site}'s catalog; "
+                           f"use --image=NAME:TAG (known: {known})")
+    name, _, tag = bundle[len(images_root) + 1:].rpartition("/")
+    image = conf.image(f"{name}:{tag}")
+    if image is None:
+        raise NotInCatalog(f"--container={shown}: {name}:{tag} is not in site {conf.site}'s image "
+                           f"catalog (known: {known})")
+    return image
+
+
+def step_narrowed(allocation: dict[str, list[int]], env: dict[str, str]) -> dict[str, list[int]]:
+    """A step (srun inside an allocation) may hold fewer GPUs than the job: slurmstepd names
+    them in SLURM_STEP_GPUS. Only ever narrows what slurmctld says the job holds."""
+    step = env.get("SLURM_STEP_GPUS")
+    if not step or "gpu" not in allocation:
+        return allocation
+    try:
+        keep = set(parse_ranges(step))
+    except ValueError:
+        return allocation
+    return {**allocation, "gpu": [i for i in allocation["gpu"] if i in keep]}
+
+
+@dataclass(frozen=True)
+class Launch:
+    image: Image
+    variant: ImageVariant
+    devices: DevicePlan
+    config: dict[str, Any]
+
+
+def prepare(conf: NodeConfig, node_name: str, slurm_cfg: dict[str, Any],
+            allocation: dict[str, list[int]]) -> Launch:
+    """Everything but the runtime: the variant and the config.json to run it."""
+    image = requested_image(slurm_cfg, conf)
+    node: NodeFacts = conf.node(node_name)
+    env = env_dict((slurm_cfg.get("process") or {}).get("env") or [])
+    devices = plan_devices(node, step_narrowed(allocation, env))
+    if len(devices.stacks) > 1:
+        raise NoVariant(f"the job holds devices of several stacks on {node_name} "
+                        f"({', '.join(devices.stacks)}); one image variant serves one stack")
+    variant = resolve(image, node, devices.stacks[0] if devices.stacks else None)
+    variant_dir = image.bundle_path(variant, conf.images_root)
+    variant_cfg = read_json(posixpath.join(variant_dir, "config.json"),
+                            f"bundle of {image.ref} {variant.label}:")
+    mounts = always_mounts(conf.mounts)
+    mounts += check_mounts(env.get(MOUNTS_VAR, ""), conf.mounts)
+    mounts += driver_mounts(node, devices.stacks, conf.driver_dirs)
+    uid, gid = os.getuid(), os.getgid()
+    config = build_config(
+        variant_cfg, variant_dir, slurm_cfg, devices=devices, fabric_env=node.env, mounts=mounts,
+        hostname=node_name, rootless=os.geteuid() != 0, uid=uid, gid=gid,
+        annotations={"org.slurm-hetero.image": image.ref,
+                     "org.slurm-hetero.variant": variant.label,
+                     "org.slurm-hetero.node": node_name})
+    return Launch(image, variant, devices, config)
+
+
+USAGE = (f"usage: {PREFIX} container run --conf FILE --bundle DIR --node N --job J --id ID "
+         "--runc-root DIR")
+OPTIONS = ("conf", "bundle", "node", "job", "id", "runc-root")
+
+
+def parse_options(argv: Sequence[str]) -> dict[str, str]:
+    """--name value pairs, all of OPTIONS (oci.conf passes them; argparse costs ~10 ms)."""
+    out: dict[str, str] = {}
+    it = iter(argv)
+    for arg in it:
+        name = arg[2:] if arg.startswith("--") else ""
+        value = next(it, None)
+        if name not in OPTIONS or value is None:
+            raise InputError(f"unexpected argument {arg!r}; {USAGE}")
+        out[name] = value
+    missing = [f"--{n}" for n in OPTIONS if n not in out]
+    if missing:
+        raise InputError(f"missing {', '.join(missing)}; {USAGE}")
+    return out
+
+
+def run(argv: Sequence[str]) -> int:
+    a = parse_options(argv)
+    conf = NodeConfig.load(a["conf"])
+    slurm_path = posixpath.join(a["bundle"], "config.json")
+    slurm_cfg = read_json(slurm_path, "Slurm's container config")
+    allocation = job_allocation(a["job"], a["node"], conf.slurm_conf)
+    launch = prepare(conf, a["node"], slurm_cfg, allocation)
+    write_json_atomic(slurm_path, launch.config)
+    if os.environ.get("SLURM_HETERO_VERBOSE"):
+        print(f"{PREFIX}: {launch.image.ref} -> {launch.variant.label} on {a['node']}", file=sys.stderr)
+    argv_runc = [conf.runc, "--root", a["runc-root"], "run", "--bundle", a["bundle"], a["id"]]
+    try:
+        os.execv(argv_runc[0], argv_runc)
+    except OSError as e:
+        raise RuntimeFailure(f"cannot run {argv_runc[0]}: {e.strerror}") from e
+    return 0  # not reached
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0] != "run":
+        print(USAGE, file=sys.stderr)
+        return 2
+    try:
+        return run(args[1:])
+    except HeteroError as e:
+        print(f"{PREFIX}: container refused: {e}", file=sys.stderr)
+        return e.exit_code
