@@ -7,7 +7,6 @@ and a typo the bridge rejects.
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 
@@ -17,6 +16,7 @@ from rich.table import Table
 from slurm_hetero.bridge.snapshot import wait_for_pool
 from slurm_hetero.containers.demo import run_container_demo
 from slurm_hetero.devcluster import Cluster
+from slurm_hetero.energy.comment import parse_comment
 from slurm_hetero.errors import RuntimeFailure
 from slurm_hetero.reports import Period, sacct_report, write_html
 from slurm_hetero.site import load_site
@@ -78,10 +78,7 @@ def _table(title: str, runner: Runner, ids: dict[int, tuple[str, list[str]]],
                  state if state == "COMPLETED" else f"[red]{state}[/red]", _got(r.get("AllocTRES", "")),
                  r.get("QOS", "")]
         if decisions:
-            try:
-                d = json.loads(r.get("AdminComment", "") or "{}")
-            except ValueError:
-                d = {}
+            d = parse_comment(r.get("AdminComment", ""))
             chose = f"{d.get('model', '-')} ({d.get('why', '-')})" if "model" in d else "-"
             if "energy" in d:
                 chose += f", energy {d['energy']}"
