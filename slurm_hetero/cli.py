@@ -2,42 +2,19 @@
 
 from __future__ import annotations
 
-import functools
 import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
 import click
-from rich.console import Console
 
-from slurm_hetero.errors import HeteroError
+from slurm_hetero.cliutil import DEMO_SITE, console, reports_errors
+from slurm_hetero.containers.cli import container
+from slurm_hetero.predict.cli import model
+from slurm_hetero.reports.cli import report
 
 F = TypeVar("F", bound=Callable[..., Any])
-# Wide tables even when piped (make demo, CI logs); a terminal keeps its own width.
-console = Console(highlight=False, width=None if sys.stdout.isatty() else 150)
-DEMO_SITE = Path(__file__).resolve().parent.parent / "site" / "demo" / "site.yaml"
-
-
-class _BadInput(click.ClickException):
-    exit_code = 2
-
-
-class _Failed(click.ClickException):
-    exit_code = 1
-
-
-def reports_errors(fn: F) -> F:
-    """The one place library errors become exit codes: 2 bad input, 1 runtime failure."""
-
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return fn(*args, **kwargs)
-        except HeteroError as e:
-            raise (_BadInput if e.exit_code == 2 else _Failed)(str(e)) from e
-
-    return wrapper  # type: ignore[return-value]
 
 
 def site_argument(fn: F) -> F:
@@ -54,15 +31,6 @@ def workdir_option(fn: F) -> F:
 @click.version_option(package_name="slurm-hetero")
 def main() -> None:
     """Schedule heterogeneous Slurm clusters (ARM/x86, GPUs, NPUs) well."""
-
-
-def _register_commands() -> None:
-    """Commands that live next to their library (imported late: they use reports_errors)."""
-    from slurm_hetero.containers.cli import container
-    from slurm_hetero.reports.cli import report
-
-    main.add_command(report)
-    main.add_command(container)
 
 
 @main.group()
@@ -300,7 +268,9 @@ def demo(site_path: Path, workdir: Path | None) -> None:
     sys.exit(run_demo(site_path, workdir or default_workdir(name), console))
 
 
-_register_commands()
+main.add_command(report)
+main.add_command(container)
+main.add_command(model)
 
 if __name__ == "__main__":
     main()

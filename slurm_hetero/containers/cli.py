@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 import click
 from rich.table import Table
 
-from slurm_hetero.cli import DEMO_SITE, console, reports_errors
+from slurm_hetero.cliutil import DEMO_SITE, console, reports_errors
 
 F = TypeVar("F", bound=Callable[..., Any])
 

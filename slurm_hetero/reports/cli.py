@@ -1,26 +1,15 @@
 """`slurm-hetero report`: a click adapter over slurm_hetero.reports.
 
-Registered by slurm_hetero/cli.py. It imports that module only when it runs (for the one
-error-to-exit-code decorator and the shared console), so either may be imported first.
+Registered by slurm_hetero/cli.py.
 """
 
 from __future__ import annotations
 
-import functools
 from pathlib import Path
-from typing import Any
 
 import click
 
-
-def _reports_errors(fn: Any) -> Any:
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        from slurm_hetero.cli import reports_errors
-
-        return reports_errors(fn)(*args, **kwargs)
-
-    return wrapper
+from slurm_hetero.cliutil import DEMO_SITE, console, reports_errors
 
 
 @click.command("report")
@@ -39,12 +28,11 @@ def _reports_errors(fn: Any) -> Any:
 @click.option("--cache-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="sacct cache [default: ~/.cache/slurm-hetero/sacct]")
 @click.option("--no-cache", is_flag=True, help="Fetch every day from slurmdbd again.")
-@_reports_errors
+@reports_errors
 def report(site_path: Path | None, since: str | None, until: str | None, partition: str | None,
            output: Path | None, csv_dir: Path | None, trace: Path | None, cache_dir: Path | None,
            no_cache: bool) -> None:
     """Accounting report: utilisation, waits, energy, predictions, bridge decisions, users."""
-    from slurm_hetero.cli import DEMO_SITE, console
     from slurm_hetero.reports import (
         print_report,
         resolve_period,

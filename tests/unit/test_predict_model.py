@@ -1,0 +1,136 @@
+"""Training, evaluation and the `model` commands, on a small synthetic workload."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from slurm_hetero.errors import InputError
+from slurm_hetero.predict import features as F
+from slurm_hetero.predict import jobtable, synthetic
+from slurm_hetero.predict.cli import model as model_group
+from slurm_hetero.predict.evaluate import evaluate, metrics, split
+from slurm_hetero.predict.train import Model, TrainParams, train
+
+FAST = TrainParams(rounds=40, quantile_rounds=20, student_rounds=15, student_quantile_rounds=10,
+                   min_data_in_leaf=20, threads=1)
+FAST_ARGS = ["--rounds", "40", "--quantile-rounds", "20", "--threads", "1"]
+SWF = "".join(f"{i} {i * 300} 5 {100 + (i % 7) * 50} 4 -1 -1 4 {1800 if i % 2 else 3600} -1 1 {i % 5} 1 -1 -1 -1 -1 -1\n"
+              for i in range(1, 400))
+
+
+@pytest.fixture(scope="module")
+def table() -> object:
+    return synthetic.workload(jobs=3000, users=25, seed=1)
+
+
+@pytest.fixture(scope="module")
+def trained(table: object) -> Model:
+    return train(table, FAST)  # type: ignore[arg-type]
+
+
+def test_metrics() -> None:
+    m = metrics(np.array([100.0, 50, 0]), np.array([50.0, 50, 0.4]))
+    assert m["accuracy"] == pytest.approx((0.5 + 1 + 1) / 3)
+    assert m["under"] == 0 and m["mae_s"] == pytest.approx(50 / 3)
+
+
+def test_predictions_stay_within_the_request(trained: Model, table: object) -> None:
+    df = table  # type: ignore[assignment]
+    h = F.History.build(df)
+    central, upper = trained.predict(h, df)
+    req = df["req_time_s"].to_numpy(float)
+    assert (central >= 1).all() and (upper >= central).all()
+    assert (upper <= req).all() and (central <= req).all()
+    no_limit = df.iloc[:50].copy()
+    no_limit["req_time_s"] = -1
+    c2, u2 = trained.predict(h, no_limit)
+    assert np.isfinite(c2).all() and (u2 >= c2).all()
+
+
+def test_save_and_load(trained: Model, table: object, tmp_path: Path) -> None:
+    path = tmp_path / "m.json"
+    trained.save(path)
+    back = Model.load(path)
+    h = F.History.build(table)  # type: ignore[arg-type]
+    a, b = trained.predict(h, table), back.predict(h, table)  # type: ignore[arg-type]
+    assert np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1])
+    assert (back.quantile, back.upper_shift, back.partitions) == (0.9, trained.upper_shift, {"cpu": 0, "gpu": 1})
+    assert back.central.num_trees() == FAST.student_rounds  # the lean student is what is kept
+    (tmp_path / "bad.json").write_text('{"format": "other"}')
+    with pytest.raises(InputError, match="not a slurm-hetero runtime model"):
+        Model.load(tmp_path / "bad.json")
+
+
+def test_training_rejects_bad_params_and_tiny_tables(table: object) -> None:
+    with pytest.raises(InputError, match="--quantile"):
+        train(table, TrainParams(quantile=1.5))  # type: ignore[arg-type]
+    with pytest.raises(InputError, match="usable jobs"):
+        train(table.iloc[:10], FAST)  # type: ignore[attr-defined]
+
+
+def test_evaluate_time_ordered(table: object) -> None:
+    df = table  # type: ignore[assignment]
+    cut, test = split(df, 0.25)
+    assert (test["submit"] >= cut).all() and len(test) == pytest.approx(750, abs=5)
+    [r] = evaluate(df, params=FAST)
+    assert r["train_jobs"] == int((F.usable(df) & (df["end"] < cut)).sum())
+    assert set(r["predictors"]) == {"user_estimate", "last_two", "model"}
+    for m in r["predictors"].values():
+        assert 0 < m["accuracy"] <= 1 and 0 <= m["under"] <= 1
+    assert r["predictors"]["user_estimate"]["under"] == 0  # runtimes never exceed the request here
+    u = r["upper"]
+    assert u["coverage"] == pytest.approx(1 - u["under"]) and 0 < u["mean_upper_over_request"] <= 1
+    # the model learns the users' habits, which the baselines cannot
+    assert r["predictors"]["model"]["accuracy"] > r["predictors"]["last_two"]["accuracy"]
+    with pytest.raises(InputError, match="--source nope"):
+        evaluate(df, ["nope"], FAST)
+    with pytest.raises(InputError, match="--test-fraction"):
+        split(df, 1.5)
+
+
+def test_cli_ingest_train_eval_export(tmp_path: Path) -> None:
+    swf = tmp_path / "tiny.swf"
+    swf.write_text(SWF)
+    jobs = tmp_path / "jobs.parquet"
+    run = CliRunner()
+    r = run.invoke(model_group, ["ingest", "-o", str(jobs), "--swf", str(swf)])
+    assert r.exit_code == 0, r.output
+    assert "399 jobs" in r.output and len(jobtable.read(jobs)) == 399
+    model_file = tmp_path / "model.json"
+    r = run.invoke(model_group, ["train", str(jobs), "-o", str(model_file), *FAST_ARGS])
+    assert r.exit_code == 0, r.output
+    assert Model.load(model_file).info["sources"] == ["swf:tiny"]
+    out = tmp_path / "eval.json"
+    r = run.invoke(model_group, ["eval", str(jobs), "--json", str(out), *FAST_ARGS])
+    assert r.exit_code == 0, r.output
+    assert "last_two" in r.output and json.loads(out.read_text())[0]["source"] == "swf:tiny"
+    lua = tmp_path / "predict.lua"
+    r = run.invoke(model_group, ["export", str(model_file), "--history", str(jobs), "-o", str(lua)])
+    assert r.exit_code == 0, r.output
+    assert lua.read_text().startswith("-- hetero-predict ") and "5 users with history" in r.output
+
+
+def test_cli_errors(tmp_path: Path) -> None:
+    run = CliRunner()
+    r = run.invoke(model_group, ["train", str(tmp_path / "none.parquet"), "-o", str(tmp_path / "m.json")])
+    assert r.exit_code == 2 and "no such job table" in r.output
+    r = run.invoke(model_group, ["ingest", "-o", str(tmp_path / "j.parquet")])
+    assert r.exit_code == 2 and "--swf" in r.output
+    sacct = ["ingest", "-o", str(tmp_path / "j.parquet"), "--sacct", "--since", "2026-01-01", "--until",
+             "2026-01-02", "--slurm-conf"]
+    r = run.invoke(model_group, [*sacct, str(tmp_path / "no-slurm.conf")])
+    assert r.exit_code == 2 and "--slurm-conf" in r.output
+    (tmp_path / "slurm.conf").write_text("ClusterName=x\n")  # sacct fails on it at once (or is absent)
+    r = run.invoke(model_group, [*sacct, str(tmp_path / "slurm.conf")])
+    assert r.exit_code == 1 and "sacct" in r.output
+    both = jobtable.merge(synthetic.workload(200, 5, source="a"), synthetic.workload(200, 5, source="b"))
+    jobtable.write(both, tmp_path / "both.parquet")
+    (tmp_path / "m.json").write_text("{}")
+    r = run.invoke(model_group, ["export", str(tmp_path / "m.json"), "--history", str(tmp_path / "both.parquet"),
+                                 "-o", str(tmp_path / "x.lua")])
+    assert r.exit_code == 2 and "not a slurm-hetero runtime model" in r.output
