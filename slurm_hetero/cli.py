@@ -58,13 +58,20 @@ def conf() -> None:
 @site_argument
 @click.option("-o", "--output", "out", type=click.Path(path_type=Path), required=True,
               help="Folder to write slurm.conf, gres.conf, ... into.")
+@click.option("--model", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="An exported runtime model (`model export`) to compile into job_submit.lua.")
 @reports_errors
-def conf_render(site: Path, out: Path) -> None:
+def conf_render(site: Path, out: Path, model: Path | None) -> None:
     """Write slurm.conf, gres.conf, cgroup.conf, plugstack.conf, job_submit.lua, qos.sacctmgr."""
-    from slurm_hetero.conf import render_site, write_files
+    from slurm_hetero.conf import Profile, render_site, write_files
+    from slurm_hetero.errors import InputError
     from slurm_hetero.site import load_site
 
-    files = render_site(load_site(site))
+    try:
+        model_lua = model.read_text() if model else None
+    except OSError as e:
+        raise InputError(f"--model {model}: cannot read the exported model: {e.strerror}") from e
+    files = render_site(load_site(site), Profile(model_lua=model_lua))
     write_files(files, out)
     console.print(f"wrote {', '.join(files)} to {out}")
 
@@ -85,14 +92,16 @@ def _cluster(workdir: Path | None, site_name: str = "demo") -> Any:
               help="Site file [default: the demo site]")
 @workdir_option
 @click.option("--timeout", type=float, default=120.0, help="Seconds to wait for all-idle.")
+@click.option("--model", type=click.Path(dir_okay=False, exists=True, path_type=Path), default=None,
+              help="An exported runtime model (`model export`) to compile into the bridge.")
 @reports_errors
-def cluster_up(site_path: Path, workdir: Path | None, timeout: float) -> None:
+def cluster_up(site_path: Path, workdir: Path | None, timeout: float, model: Path | None) -> None:
     """Boot the cluster; returns when every node is idle."""
     from slurm_hetero.site import load_site
 
     s = load_site(site_path)
     c = _cluster(workdir, s.name)
-    took = c.up(s, timeout=timeout, log=console.print)
+    took = c.up(s, timeout=timeout, log=console.print, model=model)
     console.print(f"cluster {s.name} up: {len(s.all_nodes)} nodes idle in {took:.1f} s")
     console.print(f"use it:  export SLURM_CONF={c.conf}")
     console.print(f"stop it: slurm-hetero cluster down --workdir {c.workdir}")

@@ -131,12 +131,16 @@ class Cluster:
         return parse_sinfo_nodes(self.runner.out(["sinfo", "-N", "-h", "-o", SINFO_FORMAT]))
 
     # ---- up ---------------------------------------------------------------------------
-    def up(self, site: Site, timeout: float = 90.0, log: object = print) -> float:
-        """Boot the cluster (or check an already running one); returns seconds to all-idle."""
+    def up(self, site: Site, timeout: float = 90.0, log: object = print,
+           model: Path | None = None) -> float:
+        """Boot the cluster (or check an already running one); returns seconds to all-idle.
+        `model`: an exported runtime model to compile into the bridge."""
         say = log if callable(log) else print
         t0 = time.monotonic()
         if self.is_up() and self.info().get("site") == site.name:
             say(f"cluster {site.name} already up in {self.workdir}")
+            if model is not None:
+                self.load_model(site, model)
             self._wait_idle(timeout)
             return time.monotonic() - t0
         if any(self.pid(d) for d in self.daemons()):
@@ -148,7 +152,8 @@ class Cluster:
         ports = procs.free_ports(4 + len(nodes))
         meta = {"site": site.name, "site_path": str(site.path or ""), "nodes": nodes,
                 "ctld_port": ports[0], "dbd_port": ports[1], "db_port": ports[2],
-                "node_ports": dict(zip(nodes, ports[4:], strict=True))}
+                "node_ports": dict(zip(nodes, ports[4:], strict=True)),
+                "model": str(model.resolve()) if model else self.info().get("model")}
         write_files({"cluster.json": json.dumps(meta, indent=1)}, self.workdir)
         self._write_confs(site, meta)
         self._start_munge()
@@ -163,8 +168,22 @@ class Cluster:
         self._wait_idle(timeout - (time.monotonic() - t0))
         return time.monotonic() - t0
 
+    def load_model(self, site: Site, model: Path | None) -> None:
+        """Compile an exported runtime model into the running bridge (None: take it out).
+        slurmctld re-reads job_submit.lua when it changes: no restart."""
+        meta = self.info()
+        meta["model"] = str(model.resolve()) if model else None
+        write_files({"cluster.json": json.dumps(meta, indent=1)}, self.workdir)
+        files = render_site(site, self.profile(meta))
+        write_files({"job_submit.lua": files["job_submit.lua"]}, self.etc)
+
     def profile(self, meta: dict[str, object]) -> Profile:
         host = socket.gethostname().split(".")[0]
+        model = meta.get("model")
+        try:
+            model_lua = Path(str(model)).read_text() if model else None
+        except OSError as e:
+            raise InputError(f"--model {model}: cannot read the exported model: {e.strerror}") from e
         return Profile(
             conf_dir=str(self.etc), ctld_host=host, ctld_addr="127.0.0.1",
             ctld_port=int(meta["ctld_port"]),  # type: ignore[call-overload]
@@ -186,6 +205,9 @@ class Cluster:
             # bundles in the workdir.
             python=sys.executable, hetero_lib=str(Path(__file__).resolve().parents[2]),
             runc_root=str(self.run / "runc"), images_root=str(self.workdir / "images"),
+            # Runtime model: compiled in when given. The bridge daemon writes the snapshot
+            # (its heartbeat) every 2 s: 10 s without one means it is down.
+            model_lua=model_lua, snapshot_stale_s=10,
         )
 
     def _write_confs(self, site: Site, meta: dict[str, object]) -> None:

@@ -468,7 +468,7 @@ end
 -- snapshot) is fresh, the job's limit becomes the upper quantile so backfill can plan with
 -- it; the user's own limit is kept in the comment and the daemon extends the limit before
 -- it runs out, finally to the user's limit: no job is killed earlier than its user asked.
-local PREDICTED_LIMITS = { }
+local PREDICTED_LIMITS = { ["cpu"] = true, }
 -- Minutes: the limit a job gets from its partition when its user gives none.
 local PARTITION_LIMITS = {
     ["cpu"] = 60,
@@ -478,22 +478,23 @@ local PARTITION_LIMITS = {
 local NO_VAL = 4294967294
 local MODEL = nil
 
+local DEFAULT_PARTITION = "cpu"
+
 local function first_partition(list)
     return list and string.match(list, "^[^,]+")
 end
 
 local function add_prediction(job_desc, set, now)
-    -- The job as it will be: our changes over the user's request.
+    local partition = first_partition(set.partition or job_desc.partition) or DEFAULT_PARTITION
+    local user_min = set.time_limit or job_desc.time_limit
+    if user_min == nil or user_min >= NO_VAL or user_min == 0 then user_min = PARTITION_LIMITS[partition] end
+    -- The job as it will be: our changes over the user's request, the limit it will get.
     local view = setmetatable({}, { __index = function(_, k)
+        if k == "time_limit" then return user_min or NO_VAL end
         if set[k] ~= nil then return set[k] end
         return job_desc[k]
     end })
-    local partition = first_partition(view.partition) or "cpu"
-    local user_min = view.time_limit
-    if user_min == nil or user_min >= NO_VAL or user_min == 0 then user_min = PARTITION_LIMITS[partition] end
-    local job = MODEL.job_from_desc(view, now, partition)
-    if user_min then job.time_limit_s = user_min * 60 end
-    local p50, p90 = MODEL.predict(job)
+    local p50, p90 = MODEL.predict_desc(view, now, partition)
     local pred = string.format('"pred":{"p50":%d,"p90":%d}', math.ceil(p50), math.ceil(p90))
     local _, age = snapshot(now)
     if PREDICTED_LIMITS[partition] and user_min and age and age <= SNAPSHOT_STALE_S then

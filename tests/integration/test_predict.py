@@ -1,0 +1,113 @@
+"""Runtime predictions in Slurm: a real exported model compiled into the bridge, backfill
+mode on the demo's `cpu` partition, the bridge daemon extending limits and setting
+SiteFactor. The jobs here run as root, whose history the model was trained on."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from slurm_hetero.devcluster import Cluster
+from slurm_hetero.devcluster.procs import wait_until
+from slurm_hetero.energy.comment import parse_comment
+from slurm_hetero.site import Site
+from slurm_hetero.slurm.jobs import sacct_jobs, submit, wait_done
+from slurm_hetero.slurm.parse import parse_kv_record
+from tests.predict_fixture import export_model
+
+MARGIN = 20  # seconds: the daemon extends a shortened limit when less than this is left
+
+
+@pytest.fixture(scope="module")
+def predicting(cluster: Cluster, demo_site: Site, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    model = export_model(tmp_path_factory.mktemp("model") / "predict.lua")
+    cluster.load_model(demo_site, model)
+    cluster.stop_bridge()
+    cluster.start_bridge(demo_site, margin=MARGIN)
+    time.sleep(3)  # slurmctld picks up the new job_submit.lua with the next job
+    yield cluster
+    cluster.load_model(demo_site, None)
+    cluster.stop_bridge()
+    cluster.start_bridge(demo_site)
+
+
+def job(c: Cluster, jid: int) -> dict[str, str]:
+    return parse_kv_record(c.runner.out(["scontrol", "show", "job", str(jid)]))
+
+
+def wait_running(c: Cluster, jid: int) -> None:
+    assert wait_until(lambda: job(c, jid)["JobState"] == "RUNNING", 30)
+
+
+def elapsed_s(row: dict[str, str]) -> int:
+    h, m, s = (int(x) for x in row["Elapsed"].split(":"))
+    return h * 3600 + m * 60 + s
+
+
+def test_job_outliving_its_prediction_is_extended_not_killed(predicting: Cluster) -> None:
+    c = predicting
+    jid = submit(c.runner, ["-t", "5", "-J", "outlive", "-o", "/dev/null"], "sleep 75")
+    wait_running(c, jid)
+    rec = job(c, jid)
+    d = parse_comment(rec["AdminComment"])
+    assert d["pred"]["p90"] < 60 and d["shortened"] and d["user_limit_min"] == 5
+    assert rec["TimeLimit"] == "00:01:00"
+    wait_done(c.runner, [jid], timeout=150)
+    row = sacct_jobs(c.runner, [jid], ["JobID", "State", "Elapsed", "Timelimit", "End", "Partition"])[jid]
+    assert row["State"] == "COMPLETED" and elapsed_s(row) >= 75  # its real runtime
+    assert f"job {jid}: limit 1 -> 2 min" in (c.log / "bridge.log").read_text()
+
+
+def test_stale_heartbeat_and_startup_repair(predicting: Cluster, demo_site: Site) -> None:
+    c = predicting
+    a = submit(c.runner, ["-t", "5", "-J", "repair", "-o", "/dev/null"], "sleep 80")
+    wait_running(c, a)
+    assert job(c, a)["TimeLimit"] == "00:01:00"
+    c.stop_bridge()
+    time.sleep(12)  # no heartbeat for longer than the dev cluster's 10 s: stale
+    b = submit(c.runner, ["-t", "5", "-J", "stale", "-o", "/dev/null", "-H"], "true")
+    rec = job(c, b)
+    c.runner.run(["scancel", str(b)])
+    assert rec["TimeLimit"] == "00:05:00" and "shortened" not in parse_comment(rec["AdminComment"])
+    assert "pred" in parse_comment(rec["AdminComment"])  # still predicted, only not shortened
+    # A comes within the margin of its shortened limit while the daemon is down; the
+    # daemon's first act on start is to extend it.
+    assert wait_until(lambda: 60 - float(job(c, a)["RunTime"].split(":")[-1]) - 60 * int(
+        job(c, a)["RunTime"].split(":")[-2]) < MARGIN, 60)
+    c.start_bridge(demo_site, margin=MARGIN)
+    assert wait_until(lambda: job(c, a)["TimeLimit"] != "00:01:00", 10)
+    wait_done(c.runner, [a], timeout=120)
+    row = sacct_jobs(c.runner, [a], ["JobID", "State", "Elapsed", "End", "Partition"])[a]
+    assert row["State"] == "COMPLETED" and elapsed_s(row) >= 80
+
+
+def test_site_factor_on_pending_jobs(predicting: Cluster) -> None:
+    c = predicting
+    filler = submit(c.runner, ["--gres=gpu:gh200:1", "-o", "/dev/null"], "sleep 60")
+    wait_running(c, filler)
+    short = submit(c.runner, ["--accel=gh200:1", "-t", "10", "-o", "/dev/null"], "true")
+    long = submit(c.runner, ["--accel=gh200:1", "-t", "2-00:00:00", "-o", "/dev/null"], "true")
+    try:
+        def site_column() -> dict[str, int]:
+            out = c.runner.out(["sprio", "-h", "-o", "%i %S", "-j", f"{short},{long}"])
+            return {ln.split()[0]: int(ln.split()[1]) for ln in out.splitlines() if ln.strip()}
+
+        assert wait_until(lambda: len(site_column()) == 2 and min(site_column().values()) > 0, 20)
+        values = site_column()
+        assert values[str(short)] > values[str(long)] > 0, values
+        prio = c.runner.out(["squeue", "-h", "-j", f"{short},{long}", "-o", "%i %Q"])
+        assert all(int(p.split()[1]) > 0 for p in prio.splitlines())
+    finally:
+        c.runner.run(["scancel", str(filler), str(short), str(long)])
+
+
+def test_demo_cpu_jobs_record_predictions(predicting: Cluster) -> None:
+    jid = submit(predicting.runner, ["-c", "2", "-o", "/dev/null"], "true")
+    wait_done(predicting.runner, [jid])
+    row = sacct_jobs(predicting.runner, [jid], ["JobID", "AdminComment", "End", "Partition"],
+                     require=["AdminComment"])[jid]
+    assert parse_comment(row["AdminComment"])["pred"]["p50"] >= 1
+    assert Path(predicting.conf).exists()

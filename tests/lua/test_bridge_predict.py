@@ -1,0 +1,93 @@
+"""The bridge with a real exported runtime model compiled in, under Lua 5.1."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from slurm_hetero.bridge.luarun import JobSubmit
+from slurm_hetero.bridge.snapshot import PoolCapacity, to_lua
+from slurm_hetero.bridge.tables import pools
+from slurm_hetero.conf import Profile, render_site
+from slurm_hetero.energy.comment import parse_comment
+from slurm_hetero.site import Site, load_site
+from tests.predict_fixture import export_model
+
+DEMO = Path(__file__).resolve().parents[2] / "site" / "demo" / "site.yaml"
+
+
+@pytest.fixture(scope="module")
+def site() -> Site:
+    return load_site(DEMO)
+
+
+@pytest.fixture(scope="module")
+def model_lua(tmp_path_factory: pytest.TempPathFactory) -> str:
+    return export_model(tmp_path_factory.mktemp("model") / "predict.lua").read_text()
+
+
+@pytest.fixture
+def js(site: Site, model_lua: str, tmp_path: Path) -> JobSubmit:
+    js = JobSubmit(render_site(site, Profile(state_dir=str(tmp_path), model_lua=model_lua))["job_submit.lua"])
+    js.state = tmp_path  # type: ignore[attr-defined]
+    return js
+
+
+def fresh_snapshot(js: JobSubmit, site: Site, age: int = 1) -> None:
+    caps = {p.key: PoolCapacity(p.devices, p.devices, p.per_node) for p in pools(site)}
+    (js.state / "hetero-snapshot.lua").write_text(to_lua(caps, js.now - age))  # type: ignore[attr-defined]
+
+
+def test_backfill_partition_gets_the_predicted_limit(js: JobSubmit, site: Site) -> None:
+    fresh_snapshot(js, site)
+    rc, desc = js.submit({"arch": "x86_64"}, user_name="root", time_limit=10, min_cpus=1)
+    assert rc == 0 and js.logs[-1][0] != "error", js.logs
+    d = parse_comment(desc["admin_comment"])
+    assert 1 <= d["pred"]["p50"] <= d["pred"]["p90"] <= 600
+    assert desc["time_limit"] == max(1, -(-d["pred"]["p90"] // 60)) < 10
+    assert (d["shortened"], d["user_limit_min"]) == (True, 10)
+
+
+def test_no_user_limit_means_the_partition_default(js: JobSubmit, site: Site) -> None:
+    fresh_snapshot(js, site)
+    rc, desc = js.submit(user_name="root", time_limit=4294967294, min_cpus=1)
+    d = parse_comment(desc["admin_comment"])
+    assert rc == 0 and d["user_limit_min"] == 60 and desc["time_limit"] < 60
+    assert "partition" not in desc and "tres_per_node" not in desc  # a plain job's request
+
+
+def test_stale_heartbeat_shortens_nothing(js: JobSubmit, site: Site) -> None:
+    fresh_snapshot(js, site, age=31)
+    rc, desc = js.submit(user_name="root", time_limit=10, min_cpus=1)
+    d = parse_comment(desc["admin_comment"])
+    assert rc == 0 and desc["time_limit"] == 10 and "shortened" not in d and d["pred"]["p90"] > 0
+
+
+def test_other_partitions_only_record_the_prediction(js: JobSubmit, site: Site) -> None:
+    fresh_snapshot(js, site)
+    rc, desc = js.submit({"accel": "h100:1"}, user_name="root", time_limit=10)
+    d = parse_comment(desc["admin_comment"])
+    assert rc == 0 and desc["partition"] == "gpu" and desc["time_limit"] == 10
+    assert d["model"] == "h100" and d["pred"]["p90"] <= 600
+
+
+def test_failed_prediction_keeps_the_decision(js: JobSubmit, site: Site) -> None:
+    rc, desc = js.submit({"accel": "h100:1"}, user_name="root", min_cpus=js.lua.table(), time_limit=10)
+    assert rc == 0 and desc["tres_per_node"] == "gres:gpu:h100:1"
+    assert "pred" not in parse_comment(desc["admin_comment"])
+    assert js.logs[-1][0] == "error" and "runtime prediction failed" in js.logs[-1][1]
+
+
+def test_broken_model_is_logged_and_ignored(site: Site, tmp_path: Path) -> None:
+    js = JobSubmit(render_site(site, Profile(state_dir=str(tmp_path), model_lua="return {"))["job_submit.lua"])
+    assert js.logs[0][0] == "error" and "runtime model not loaded" in js.logs[0][1]
+    rc, desc = js.submit({"tier": "gold"}, user_name="root", time_limit=10)
+    assert rc == 0 and "pred" not in parse_comment(desc["admin_comment"])
+
+
+def test_model_text_cannot_break_out_of_its_string(site: Site, model_lua: str) -> None:
+    hostile = model_lua + "\n-- ]]  ]=] ]==] end of string?\n"
+    lua = render_site(site, Profile(model_lua=hostile))["job_submit.lua"]
+    assert "[===[\n" in lua  # the first level that does not occur in the text
+    JobSubmit(lua)  # still loads
