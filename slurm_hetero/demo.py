@@ -14,12 +14,13 @@ from rich.console import Console
 from rich.table import Table
 
 from slurm_hetero.bridge.snapshot import wait_for_pool
+from slurm_hetero.conf import Profile
 from slurm_hetero.containers.demo import run_container_demo
 from slurm_hetero.devcluster import Cluster
 from slurm_hetero.energy.comment import parse_comment
 from slurm_hetero.errors import RuntimeFailure
 from slurm_hetero.reports import Period, sacct_report, write_html
-from slurm_hetero.site import load_site
+from slurm_hetero.site import Site, load_site
 from slurm_hetero.slurm.jobs import sacct_jobs, submit, wait_done
 from slurm_hetero.slurm.parse import parse_tres
 from slurm_hetero.slurm.runner import Runner
@@ -82,9 +83,43 @@ def _table(title: str, runner: Runner, ids: dict[int, tuple[str, list[str]]],
             chose = f"{d.get('model', '-')} ({d.get('why', '-')})" if "model" in d else "-"
             if "energy" in d:
                 chose += f", energy {d['energy']}"
+            pred = d.get("pred")
+            if isinstance(pred, dict):
+                chose += f", predicted {pred.get('p50')} s (p90 {pred.get('p90')} s)"
             cells.append(chose)
         t.add_row(*cells)
     return t, failed
+
+
+TRACE = Path(__file__).resolve().parents[2] / "shared" / "traces" / "KTH-SP2-1996-2.1-cln.swf.gz"
+
+
+def load_demo_model(cluster: Cluster, site: Site, console: Console) -> None:
+    """The prediction pipeline a site runs, in small: a real trace plus this cluster's own
+    accounting (the demo's first jobs) → LightGBM → Lua, compiled into the running bridge."""
+    import datetime as dt
+
+    from slurm_hetero.predict import export_lua, ingest_sacct, ingest_swf, jobtable
+    from slurm_hetero.predict.train import train
+
+    trace = TRACE if TRACE.exists() else Path.cwd().parent / "shared" / "traces" / TRACE.name
+    if not trace.exists():
+        console.print(f"(no {TRACE.name} beside the project: the bridge runs without a runtime model)")
+        return
+    out = cluster.workdir / "model"
+    out.mkdir(exist_ok=True)
+    t0 = time.monotonic()
+    today = dt.date.today()
+    own = ingest_sacct.fetch_days(cluster.runner, today, today + dt.timedelta(days=1), out / "sacct.parts")
+    table = jobtable.merge(ingest_swf.read_swf(trace), own)
+    lua = out / "predict.lua"
+    # The users' history the bridge needs is this cluster's (trace users are other people).
+    export_lua.write(export_lua.export_text(train(table), own if len(own) else table), lua)
+    cluster.load_model(site, lua)
+    console.print(f"runtime model trained on {trace.name} + this cluster's accounting "
+                  f"({len(table):,} jobs, {len(own)} of them here) in {time.monotonic() - t0:.0f} s, "
+                  f"compiled into the bridge ({lua.stat().st_size // 1024} KiB of Lua)")
+    time.sleep(1)  # slurmctld re-reads job_submit.lua on the next submission
 
 
 def run_demo(site_path: Path, workdir: Path, console: Console) -> int:
@@ -102,12 +137,15 @@ def run_demo(site_path: Path, workdir: Path, console: Console) -> int:
     table, failed = _table("1. plain Slurm requests: where each ran, what it got", runner, ids, False)
     console.print(table)
 
+    load_demo_model(cluster, site, console)
+
     # Fill the cheapest pool first: `any:2` must then go where it can start now.
     snapshot = cluster.state / "hetero-snapshot.lua"
     filler = submit(runner, ["--gres=gpu:v100:4", "-J", "filler", "-o", "/dev/null"], "sleep 300")
     try:
         if not wait_for_pool(snapshot, "v100@x86_64", 0):
             raise RuntimeFailure("the capacity snapshot did not see the V100s fill up")
+        time.sleep(Profile().snapshot_check_s + 0.5)  # the bridge re-reads it this often
         ids = _run_jobs(runner, BRIDGE_JOBS, out_dir)
         table, failed2 = _table("2. the same needs through the bridge (V100 pool full)", runner, ids, True)
     finally:
