@@ -2,8 +2,9 @@
 
 2,000 held-job submissions each way, in alternating batches of 100:
   plain:  a client slurm.conf without the SPANK plugin, and a pass-through job_submit.lua;
-  bridge: the SPANK plugin and the full generated job_submit.lua with a fresh snapshot,
-          each job asking `--accel=any:2 --tier=gold --energy=balanced`.
+  bridge: the SPANK plugin and the full generated job_submit.lua with a fresh snapshot and
+          a runtime model compiled in (a real LightGBM export, trained on a synthetic
+          workload), each job asking `--accel=any:2 --tier=gold --energy=balanced`.
 slurmctld re-reads job_submit.lua when it changes, so the batches swap it in place.
 Prints jobs/s both ways and the ratio bridge/plain (target >= 0.95). Run as root.
 """
@@ -43,6 +44,13 @@ def main() -> None:
         c = Cluster(Path(d) / "demo")
         c.up(site, log=lambda *_: None)
         try:
+            from slurm_hetero.predict import export_lua, synthetic
+            from slurm_hetero.predict.train import train
+
+            table = synthetic.workload(jobs=20_000, users=40, seed=1)
+            model = Path(d) / "predict.lua"
+            export_lua.write(export_lua.export_text(train(table), table), model)
+            c.load_model(site, model)
             bridge_lua = (c.etc / "job_submit.lua").read_text()
             plain_conf = c.etc / "slurm-plain.conf"
             (c.etc / "plugstack-empty.conf").write_text("")

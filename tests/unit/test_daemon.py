@@ -49,3 +49,39 @@ def test_parse_jobs_on_captured_output() -> None:
     assert rows[0].limit_min == 5 and rows[1].limit_min == 60
     assert rows[0].decision["model"] == "gh200" and rows[1].decision == {}
     assert rows[0].state == "COMPLETED" and rows[1].state == "RUNNING"
+
+
+class FlakyRunner:
+    """slurmctld down for the first calls, then answering with no jobs (unit-test fake)."""
+
+    def __init__(self, failures: int):
+        self.failures = failures
+        self.calls: list[list[str]] = []
+
+    def out(self, argv: list[str], **_: object) -> str:
+        from slurm_hetero.errors import RuntimeFailure
+
+        self.calls.append(argv)
+        if self.failures > 0:
+            self.failures -= 1
+            raise RuntimeFailure(f"{argv[0]}: no answer in 20 s")
+        return "No jobs in the system\n" if argv[:2] == ["scontrol", "show"] else ""
+
+    def run(self, argv: list[str], **_: object) -> object:
+        self.calls.append(argv)
+        return None
+
+
+def test_daemon_survives_an_unreachable_slurmctld(tmp_path: Path) -> None:
+    from slurm_hetero.bridge.daemon import BridgeDaemon
+    from slurm_hetero.site import load_site
+
+    site = load_site(Path(__file__).resolve().parents[2] / "site" / "demo" / "site.yaml")
+    logs: list[str] = []
+    runner = FlakyRunner(failures=3)
+    d = BridgeDaemon(site, runner, tmp_path / "snap.lua", every=0.0, log=logs.append)  # type: ignore[arg-type]
+    d.run(rounds=3)
+    assert logs[0].startswith("startup repair skipped: scontrol: no answer")
+    assert sum(line.startswith("round skipped") for line in logs) == 2
+    assert (tmp_path / "snap.lua").exists()  # the third round wrote the snapshot
+    assert logs[-1] == "bridge daemon stopped"
