@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -28,6 +27,8 @@ from typing import Any
 from slurm_hetero.energy.comment import merge_comment, parse_comment
 from slurm_hetero.energy.devices import ControlUnsupported, DeviceLayer, open_devices
 from slurm_hetero.energy.policies import AutoRule, EnergyPolicy
+from slurm_hetero.errors import RuntimeFailure
+from slurm_hetero.slurm.runner import Runner
 
 log = logging.getLogger("slurm-hetero.agent")
 KINDS = ("gpu", "npu")
@@ -63,13 +64,9 @@ def config_path() -> Path:
     return Path(os.environ.get("SLURM_HETERO_AGENT", Path(conf).parent / "hetero-agent.json"))
 
 
-# ---- Slurm access (the agent runs where the Slurm clients are; argv lists, no shell) ----
-
-def scontrol(*args: str, timeout: float = 10) -> str:
-    r = subprocess.run(["scontrol", *args], capture_output=True, text=True, timeout=timeout, check=False)
-    if r.returncode != 0:
-        raise RuntimeError(f"scontrol {' '.join(args[:2])}: {r.stderr.strip()[:200]}")
-    return r.stdout
+# Slurm access through the project's one runner (argv lists, timeouts); Slurm gives the
+# Prolog/Epilog SLURM_CONF in their environment, which the runner passes on.
+SLURM = Runner(timeout=10)
 
 
 @dataclass(frozen=True)
@@ -85,7 +82,7 @@ class JobView:
 def job_view(job_id: str, node: str) -> JobView:
     from slurm_hetero.slurm.parse import parse_job_gres_idx, parse_kv_record
 
-    text = scontrol("show", "job", "-d", job_id)
+    text = SLURM.out(["scontrol", "show", "job", "-d", job_id])
     rec = parse_kv_record(text)
     comment = rec.get("AdminComment", "")
     return JobView(job_id=job_id, user=rec.get("UserId", "").split("(")[0],
@@ -317,27 +314,22 @@ def update_comment(job_id: str, node: str, summary: dict[str, Any]) -> None:
     database has (other nodes of the same job may have written there already)."""
     try:
         view: JobView | None = job_view(job_id, node)
-    except RuntimeError:
+    except RuntimeFailure:
         view = None
     db = ""
     if view is None or view.num_nodes > 1:  # only then can another node have written first
-        r = subprocess.run(["sacct", "-X", "-n", "-P", "-j", job_id, "-o", "AdminComment"],
-                           capture_output=True, text=True, timeout=10, check=False)
+        r = SLURM.run(["sacct", "-X", "-n", "-P", "-j", job_id, "-o", "AdminComment"], check=False)
         db = r.stdout.strip().splitlines()[0] if r.returncode == 0 and r.stdout.strip() else ""
     ctld = view.admin_comment if view else ""
     merged = merge_comment(merge_comment(db, parse_comment(ctld)), {"node_energy": {node: summary}})
-    r = subprocess.run(["sacctmgr", "-i", "modify", "job", "where", f"jobid={job_id}", "set",
-                        f"AdminComment={merged}"], capture_output=True, text=True, timeout=10, check=False)
-    if r.returncode != 0:
-        raise RuntimeError(f"sacctmgr modify job {job_id}: {r.stderr.strip()[:200]}")
+    SLURM.run(["sacctmgr", "-i", "modify", "job", "where", f"jobid={job_id}", "set",
+               f"AdminComment={merged}"])
 
 
 def steps_alive(job_id: str, node: str) -> bool:
     """Does a slurmstepd of the job answer on this node? (Works while slurmctld still thinks
     a job runs whose slurmstepd was killed: Slurm notices only at the node's next registration.)"""
-    r = subprocess.run(["scontrol", "listpids", job_id, node], capture_output=True, text=True,
-                       timeout=10, check=False)
-    return r.returncode == 0
+    return SLURM.run(["scontrol", "listpids", job_id, node], check=False).returncode == 0
 
 
 def restore(cfg: AgentConfig, node: str, alive: Callable[[str], bool] | None) -> list[str]:
