@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import math
 import re
 from collections.abc import Iterable
@@ -23,12 +22,13 @@ import pandas as pd
 from ClusterShell.NodeSet import NodeSet, NodeSetParseError
 from pandas.api.types import union_categoricals
 
+from slurm_hetero.energy.comment import parse_comment
 from slurm_hetero.reports import jobs as J
 from slurm_hetero.site.catalog import AccelModel
 from slurm_hetero.site.model import Site
-from slurm_hetero.slurm.parse import parse_tres
+from slurm_hetero.slurm.parse import SACCT_DELIMITER, parse_tres
 
-DELIM = "\x1f"
+DELIM = SACCT_DELIMITER  # job names and comments may hold "|"
 FIELDS = ("JobIDRaw", "JobID", "JobName", "User", "Account", "Partition", "QOS", "State", "Reason",
           "Submit", "Eligible", "Start", "End", "ElapsedRaw", "TimelimitRaw", "NCPUS", "TotalCPU",
           "AllocTRES", "NodeList", "ConsumedEnergyRaw", "AdminComment")
@@ -187,13 +187,8 @@ def parse_admin_comment(comment: str) -> dict[str, Any]:
     >>> parse_admin_comment("maintenance: rerun"), parse_admin_comment('{"hetero":1,')
     ({}, {})
     """
-    if not comment.startswith("{"):
-        return {}
-    try:
-        d = json.loads(comment.replace("`", '"') if "`" in comment else comment)
-    except ValueError:
-        return {}
-    if not isinstance(d, dict):
+    d = parse_comment(comment)
+    if not d:
         return {}
     pred = d.get("pred")
     if not isinstance(pred, dict):
