@@ -26,7 +26,7 @@ from slurm_hetero.bridge.snapshot import take_snapshot
 from slurm_hetero.energy.comment import parse_comment
 from slurm_hetero.errors import RuntimeFailure
 from slurm_hetero.site.model import Site
-from slurm_hetero.slurm.parse import parse_kv_record
+from slurm_hetero.slurm.parse import parse_duration_s, parse_kv_record
 from slurm_hetero.slurm.runner import Runner
 
 Log = Callable[[str], None]
@@ -76,22 +76,6 @@ class JobRow:
     elapsed_s: float
     waited_s: float
     decision: dict[str, object] = field(default_factory=dict)
-
-
-def parse_duration_s(text: str) -> float | None:
-    """`1-02:03:04`, `02:03:04`, `03:04`, `UNLIMITED` → seconds (None when unlimited).
-
-    >>> parse_duration_s("1-00:01:05")
-    86465.0
-    """
-    if text in ("UNLIMITED", "Partition_Limit", "NOT_SET", "N/A", ""):
-        return None
-    days, _, rest = text.rpartition("-")
-    parts = [float(p) for p in rest.split(":")]
-    while len(parts) < 3:
-        parts.insert(0, 0.0)
-    h, m, s = parts
-    return (float(days or 0) * 24 + h) * 3600 + m * 60 + s
 
 
 def parse_jobs(text: str, now: float) -> list[JobRow]:

@@ -8,6 +8,7 @@ dev cluster (paths, ports, plugins); the site holds everything else. Rendering i
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import tempfile
@@ -21,6 +22,7 @@ from slurm_hetero.bridge.tables import bridge_context
 from slurm_hetero.containers.confgen import container_context
 from slurm_hetero.errors import InputError
 from slurm_hetero.site.model import NodeGroup, Site
+from slurm_hetero.slurm.parse import parse_duration_s
 
 TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
 OUTPUTS: tuple[str, ...] = ("slurm.conf", "gres.conf", "cgroup.conf", "plugstack.conf",
@@ -170,25 +172,14 @@ def lua_long_string(text: str) -> str:
 
 
 def slurm_minutes(text: str | None) -> int | None:
-    """A Slurm time (`2-00:00:00`, `1:00:00`, `30`) in minutes; None for UNLIMITED.
+    """A Slurm time (`2-00:00:00`, `1:00:00`, `30`) in whole minutes, rounded up; None for
+    UNLIMITED.
 
     >>> slurm_minutes("2-00:00:00"), slurm_minutes("1:30:00"), slurm_minutes("UNLIMITED")
     (2880, 90, None)
     """
-    if text is None or text.upper() in ("UNLIMITED", "INFINITE"):
-        return None
-    days, _, rest = text.rpartition("-")
-    parts = [int(x) for x in rest.split(":")]
-    # Slurm reads "M", "M:S", "H:M:S"; with days, "D-H", "D-H:M", "D-H:M:S".
-    if days:
-        h, m, sec = [*parts, 0, 0][:3]
-    elif len(parts) == 3:
-        h, m, sec = parts
-    elif len(parts) == 2:
-        h, m, sec = 0, parts[0], parts[1]
-    else:
-        h, m, sec = 0, parts[0], 0
-    return int(days or 0) * 1440 + h * 60 + m + (1 if sec else 0)
+    seconds = parse_duration_s(text)
+    return None if seconds is None else math.ceil(seconds / 60)
 
 
 def _env() -> jinja2.Environment:

@@ -135,3 +135,29 @@ def parse_job_gres_idx(text: str, node: str) -> dict[str, list[int]]:
                 lo, _, hi = part.partition("-")
                 out.setdefault(name, []).extend(range(int(lo), int(hi or lo) + 1))
     return out
+
+
+def parse_duration_s(text: str | None) -> float | None:
+    """A Slurm duration in seconds, read the way Slurm reads one: `M`, `M:S`, `H:M:S`,
+    `D-H`, `D-H:M`, `D-H:M:S` (config values and scontrol's TimeLimit/RunTime alike).
+    None for no limit (UNLIMITED, INFINITE, Partition_Limit, NOT_SET, N/A, empty).
+
+    >>> parse_duration_s("1-00:01:05"), parse_duration_s("30"), parse_duration_s("03:04")
+    (86465.0, 1800.0, 184.0)
+    >>> parse_duration_s("2-12"), parse_duration_s("UNLIMITED")
+    (216000.0, None)
+    """
+    if text is None or text.strip().upper() in ("", "UNLIMITED", "INFINITE", "PARTITION_LIMIT",
+                                                 "NOT_SET", "N/A"):
+        return None
+    days, _, rest = text.strip().rpartition("-")
+    parts = [float(p) for p in rest.split(":")]
+    if days:
+        h, m, sec = [*parts, 0.0, 0.0][:3]
+    elif len(parts) == 3:
+        h, m, sec = parts
+    elif len(parts) == 2:
+        h, m, sec = 0.0, parts[0], parts[1]
+    else:
+        h, m, sec = 0.0, parts[0], 0.0
+    return ((float(days or 0) * 24 + h) * 60 + m) * 60 + sec

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -15,7 +14,7 @@ from slurm_hetero.devcluster.procs import wait_until
 from slurm_hetero.energy.comment import parse_comment
 from slurm_hetero.site import Site
 from slurm_hetero.slurm.jobs import sacct_jobs, submit, wait_done
-from slurm_hetero.slurm.parse import parse_kv_record
+from slurm_hetero.slurm.parse import parse_duration_s, parse_kv_record
 from tests.predict_fixture import export_model
 
 MARGIN = 20  # seconds: the daemon extends a shortened limit when less than this is left
@@ -75,8 +74,7 @@ def test_stale_heartbeat_and_startup_repair(predicting: Cluster, demo_site: Site
     assert "pred" in parse_comment(rec["AdminComment"])  # still predicted, only not shortened
     # A comes within the margin of its shortened limit while the daemon is down; the
     # daemon's first act on start is to extend it.
-    assert wait_until(lambda: 60 - float(job(c, a)["RunTime"].split(":")[-1]) - 60 * int(
-        job(c, a)["RunTime"].split(":")[-2]) < MARGIN, 60)
+    assert wait_until(lambda: 60 - (parse_duration_s(job(c, a)["RunTime"]) or 0) < MARGIN, 60)
     c.start_bridge(demo_site, margin=MARGIN)
     assert wait_until(lambda: job(c, a)["TimeLimit"] != "00:01:00", 10)
     wait_done(c.runner, [a], timeout=120)
@@ -110,4 +108,3 @@ def test_demo_cpu_jobs_record_predictions(predicting: Cluster) -> None:
     row = sacct_jobs(predicting.runner, [jid], ["JobID", "AdminComment", "End", "Partition"],
                      require=["AdminComment"])[jid]
     assert parse_comment(row["AdminComment"])["pred"]["p50"] >= 1
-    assert Path(predicting.conf).exists()

@@ -16,7 +16,7 @@ from slurm_hetero.energy.fake import FakeDevices
 from slurm_hetero.energy.npusmi import parse_npu_smi_info
 from slurm_hetero.energy.policies import DEFAULT_POLICIES, AutoRule, EnergyPolicy, parse_power_cap
 from slurm_hetero.errors import InputError
-from slurm_hetero.site import load_site
+from slurm_hetero.site import load_site, load_site_text
 from slurm_hetero.site.load import SiteError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -47,23 +47,17 @@ def test_power_caps() -> None:
 def test_site_policies_validated() -> None:
     text = DEMO.read_text() + "energy_policies:\n  - {name: eco, gpu_power_cap: 150%}\n  - {name: auto}\n"
     with pytest.raises(SiteError) as e:
-        load_site_text(text)
+        load_site_text(text, "site.yaml")
     assert [ln.split(": ", 1)[1] for ln in e.value.lines] == [
         "energy_policies[0].gpu_power_cap: power cap '150%': a share must be above 0% and at most 100%",
         "energy_policies: policy 'auto' needs policies 'efficiency' and 'balanced'\n"
         "    hint: auto picks one of them per job"]
 
 
-def load_site_text(text: str) -> Any:
-    from slurm_hetero.site import load_site_text as load
-
-    return load(text, "site.yaml")
-
-
 def test_site_policies_reach_bridge_and_agent() -> None:
     text = DEMO.read_text() + ("energy_policies:\n  - {name: fast, cpu_governor: performance, gpu_freq: high}\n"
                                "  - {name: eco, gpu_power_cap: 200W, gpu_freq: '900'}\n")
-    files = render_site(load_site_text(text))
+    files = render_site(load_site_text(text, "site.yaml"))
     assert '["eco"] = { cpu_freq_gov = nil, gpu_freq = "900" }' in files["job_submit.lua"]
     assert "energy=fast,eco " in files["plugstack.conf"]
     cfg = json.loads(files["hetero-agent.json"])
