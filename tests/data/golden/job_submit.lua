@@ -496,8 +496,13 @@ local function add_prediction(job_desc, set, now)
     end })
     local p50, p90 = MODEL.predict_desc(view, now, partition)
     local pred = string.format('"pred":{"p50":%d,"p90":%d}', math.ceil(p50), math.ceil(p90))
-    local _, age = snapshot(now)
-    if PREDICTED_LIMITS[partition] and user_min and age and age <= SNAPSHOT_STALE_S then
+    -- The heartbeat matters only where limits may be shortened: no snapshot look-up otherwise.
+    local age = nil
+    if PREDICTED_LIMITS[partition] and user_min then
+        local _, snap_age = snapshot(now)
+        age = snap_age
+    end
+    if age and age <= SNAPSHOT_STALE_S then
         local short = math.max(1, math.ceil(p90 / 60))
         if short < user_min then
             set.time_limit = short
