@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypedDict
 
 from slurm_hetero.conf.render import (
     Profile,
@@ -74,6 +75,19 @@ def _emulated_device(path: Path) -> None:
         path.touch()
 
 
+class ClusterMeta(TypedDict, total=False):
+    """cluster.json: what `up` chose (ports, nodes) and what later commands need."""
+
+    site: str
+    site_path: str
+    nodes: list[str]
+    ctld_port: int
+    dbd_port: int
+    db_port: int
+    node_ports: dict[str, int]
+    model: str | None
+
+
 @dataclass(frozen=True)
 class Daemon:
     name: str
@@ -97,9 +111,9 @@ class Cluster:
         self.runner = Runner(slurm_conf=str(self.conf), timeout=30)
 
     # ---- what runs -------------------------------------------------------------------
-    def info(self) -> dict[str, object]:
+    def info(self) -> ClusterMeta:
         try:
-            data: dict[str, object] = json.loads(self.meta.read_text())
+            data: ClusterMeta = json.loads(self.meta.read_text())
             return data
         except (OSError, ValueError):
             return {}
@@ -107,7 +121,6 @@ class Cluster:
     def daemons(self) -> list[Daemon]:
         """Daemons in start order (stopped in reverse)."""
         nodes = self.info().get("nodes", [])
-        assert isinstance(nodes, list)
         out = [
             Daemon("munged", self.munge / "munged.pid", "munged", self.munge / "munged.log"),
             Daemon("mariadb", self.db / "mariadb.pid", "mariadbd", self.db / "mariadb.log"),
@@ -150,15 +163,15 @@ class Cluster:
             d.mkdir(parents=True, exist_ok=True)
         nodes = site.all_nodes
         ports = procs.free_ports(4 + len(nodes))
-        meta = {"site": site.name, "site_path": str(site.path or ""), "nodes": nodes,
+        meta: ClusterMeta = {"site": site.name, "site_path": str(site.path or ""), "nodes": nodes,
                 "ctld_port": ports[0], "dbd_port": ports[1], "db_port": ports[2],
                 "node_ports": dict(zip(nodes, ports[4:], strict=True)),
                 "model": str(model.resolve()) if model else self.info().get("model")}
         write_files({"cluster.json": json.dumps(meta, indent=1)}, self.workdir)
         self._write_confs(site, meta)
         self._start_munge()
-        self._start_mariadb(int(meta["db_port"]))  # type: ignore[call-overload]
-        dbd_port = int(meta["dbd_port"])  # type: ignore[call-overload]
+        self._start_mariadb(meta["db_port"])
+        dbd_port = meta["dbd_port"]
         self._start("slurmdbd", ["slurmdbd"], lambda: procs.port_open(dbd_port))
         self._register_accounting(site)
         self._start("slurmctld", ["slurmctld"], self._ctld_ready)
@@ -177,7 +190,7 @@ class Cluster:
         files = render_site(site, self.profile(meta))
         write_files({"job_submit.lua": files["job_submit.lua"]}, self.etc)
 
-    def profile(self, meta: dict[str, object]) -> Profile:
+    def profile(self, meta: ClusterMeta) -> Profile:
         host = socket.gethostname().split(".")[0]
         model = meta.get("model")
         try:
@@ -186,8 +199,7 @@ class Cluster:
             raise InputError(f"--model {model}: cannot read the exported model: {e.strerror}") from e
         return Profile(
             conf_dir=str(self.etc), ctld_host=host, ctld_addr="127.0.0.1",
-            ctld_port=int(meta["ctld_port"]),  # type: ignore[call-overload]
-            dbd_host="127.0.0.1", dbd_port=int(meta["dbd_port"]),  # type: ignore[call-overload]
+            ctld_port=meta["ctld_port"], dbd_host="127.0.0.1", dbd_port=meta["dbd_port"],
             state_dir=str(self.state), spool_dir=str(self.spool), log_dir=str(self.log),
             run_dir=str(self.run), dev_dir=str(self.dev), slurm_user="root",
             auth_info=f"socket={self.munge / 'munge.socket'}",
@@ -200,7 +212,7 @@ class Cluster:
             epilog=str(Path(sys.executable).parent / "slurm-hetero-epilog"),
             agent_state_dir=str(self.agent_dir),
             agent_devices=f"fake:{self.dev}/{{node}}/fake-devices.json",
-            node_ports=dict(meta["node_ports"]),  # type: ignore[call-overload]
+            node_ports=dict(meta["node_ports"]),
             # containers (issue 6): the wrapper from this checkout, runc state and image
             # bundles in the workdir.
             python=sys.executable, hetero_lib=str(Path(__file__).resolve().parents[2]),
@@ -210,7 +222,7 @@ class Cluster:
             model_lua=model_lua, snapshot_stale_s=10,
         )
 
-    def _write_confs(self, site: Site, meta: dict[str, object]) -> None:
+    def _write_confs(self, site: Site, meta: ClusterMeta) -> None:
         profile = self.profile(meta)
         files = render_site(site, profile)
         files["slurmdbd.conf"] = render_template(
@@ -338,7 +350,7 @@ class Cluster:
                          f"cluster={site.name}"], check=False)
 
     def _wait_idle(self, timeout: float) -> None:
-        want: set[str] = set(self.info().get("nodes", []))  # type: ignore[call-overload]
+        want = set(self.info().get("nodes", []))
         last: dict[str, NodeInfo] = {}
 
         def all_idle() -> bool:
