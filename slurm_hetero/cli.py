@@ -202,8 +202,8 @@ def node() -> None:
 @click.option("--check", "site_path", type=click.Path(path_type=Path), default=None,
               help="List what differs from this node's group in the site file (exit 1 if any).")
 @click.option("--node", "node_name", default=None, help="This node's name [default: hostname].")
-@click.option("--devices", "specs", multiple=True, default=["nvml", "npu-smi"], show_default=True,
-              help="Device backends to ask (nvml, npu-smi, fake:PATH).")
+@click.option("--devices", "specs", multiple=True, default=["nvml", "amdsmi", "npu-smi"],
+              show_default=True, help="Device backends to ask (nvml, amdsmi, npu-smi, fake:PATH).")
 @reports_errors
 def node_probe(site_path: Path | None, node_name: str | None, specs: tuple[str, ...]) -> None:
     """Describe this node in the site file's format."""

@@ -30,7 +30,7 @@ OUTPUTS: tuple[str, ...] = ("slurm.conf", "gres.conf", "cgroup.conf", "plugstack
 # containers (issue 6): Slurm's OCI config, what the node-side wrapper reads, the TaskProlog.
 OUTPUTS += ("oci.conf", "hetero-containers.json", "hetero-taskprolog")
 MODES = {"hetero-taskprolog": 0o755}  # write_files' default modes besides 0644
-STACK_DEVICES = {"cuda": "nvml", "cann": "npu-smi"}  # no AMD backend yet: rocm nodes get none
+STACK_DEVICES = {"cuda": "nvml", "rocm": "amdsmi", "cann": "npu-smi"}
 
 
 @dataclass(frozen=True)

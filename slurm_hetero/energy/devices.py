@@ -1,13 +1,15 @@
-"""The device layer: one small interface over NVML, npu-smi and a fake for tests.
+"""The device layer: one small interface over NVML, amdsmi, npu-smi and a fake for tests.
 
 The node agent only talks to `DeviceLayer`. Which backend runs is chosen explicitly (the
-agent's config `devices:` or SLURM_HETERO_DEVICES): `nvml`, `npu-smi`, or `fake:PATH`.
+agent's config `devices:` or SLURM_HETERO_DEVICES): `nvml`, `amdsmi`, `npu-smi`, or
+`fake:PATH`.
 The fake is never a silent fallback: a node without NVML simply has no NVML devices.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -60,8 +62,21 @@ class DeviceLayer(Protocol):
         ...
 
 
+def reset_each(steps: list[Callable[[], object]]) -> None:
+    """Run every reset step even when one fails (a device lacking clock control must still
+    get its power limit back), then report what failed."""
+    failed = []
+    for step in steps:
+        try:
+            step()
+        except ControlUnsupported as e:
+            failed.append(str(e))
+    if failed:
+        raise ControlUnsupported("; ".join(failed))
+
+
 class NoDevices:
-    """A node with no accelerator backend (e.g. AMD until an amdsmi backend exists)."""
+    """A node with no accelerator backend configured (a CPU node)."""
 
     name = "none"
 
@@ -94,6 +109,10 @@ def open_devices(spec: str | None = None) -> DeviceLayer:
         from slurm_hetero.energy.nvml import NvmlDevices
 
         return NvmlDevices()
+    if spec == "amdsmi":
+        from slurm_hetero.energy.amd import AmdSmiDevices
+
+        return AmdSmiDevices()
     if spec == "npu-smi":
         from slurm_hetero.energy.npusmi import NpuSmiDevices
 
@@ -106,4 +125,4 @@ def open_devices(spec: str | None = None) -> DeviceLayer:
         return FakeDevices(spec.removeprefix("fake:"))
     from slurm_hetero.errors import InputError
 
-    raise InputError(f"devices {spec!r}: use nvml, npu-smi, none or fake:PATH")
+    raise InputError(f"devices {spec!r}: use nvml, amdsmi, npu-smi, none or fake:PATH")

@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from slurm_hetero.energy.devices import ControlUnsupported, DeviceInfo, Reading
+from slurm_hetero.energy.devices import ControlUnsupported, DeviceInfo, Reading, reset_each
 
 try:
     import pynvml
@@ -106,10 +106,13 @@ class NvmlDevices:
 
     def reset(self, index: int) -> None:
         h = self._h(index)
-        self._call("clock reset", pynvml.nvmlDeviceResetGpuLockedClocks, h)
-        default = self._call("default limit", pynvml.nvmlDeviceGetPowerManagementDefaultLimit, h)
-        self._call("power limit", pynvml.nvmlDeviceSetPowerManagementLimit, h, default)
 
+        def default_limit() -> None:
+            default = self._call("default limit", pynvml.nvmlDeviceGetPowerManagementDefaultLimit, h)
+            self._call("power limit", pynvml.nvmlDeviceSetPowerManagementLimit, h, default)
+
+        reset_each([lambda: self._call("clock reset", pynvml.nvmlDeviceResetGpuLockedClocks, h),
+                    default_limit])
 
 def _str(v: bytes | str) -> str:
     return v.decode() if isinstance(v, bytes) else v

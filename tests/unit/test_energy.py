@@ -89,7 +89,7 @@ def test_npu_smi_parse() -> None:
 
 def test_no_silent_fake() -> None:
     assert open_devices("nvml").devices() == []  # no NVML here: no devices, not a fake
-    with pytest.raises(InputError, match="use nvml, npu-smi, none or fake:PATH"):
+    with pytest.raises(InputError, match="use nvml, amdsmi, npu-smi, none or fake:PATH"):
         open_devices("fake")
 
 
