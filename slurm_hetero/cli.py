@@ -262,6 +262,36 @@ def node_restore(node_name: str | None, everything: bool) -> None:
     console.print(f"restored {len(done)} device(s) on {name}: {', '.join(done) or 'none needed'}")
 
 
+@node.command("sample")
+@click.option("--node", "node_name", default=None, help="This node's name [default: hostname].")
+@click.option("--every", type=click.FloatRange(min=0.1), default=1.0, show_default=True,
+              help="Seconds between readings.")
+@click.option("--pidfile", type=click.Path(path_type=Path), default=None)
+@reports_errors
+def node_sample(node_name: str | None, every: float, pidfile: Path | None) -> None:
+    """Keep energy/utilisation counters for devices that lack them (until SIGTERM)."""
+    import logging
+    import os
+    import signal
+    import socket
+
+    from slurm_hetero.energy.agent import AgentConfig, config_path
+    from slurm_hetero.energy.sampler import serve
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    name = node_name or socket.gethostname().split(".")[0]
+    cfg = AgentConfig.load(config_path())
+    stopping: list[bool] = []
+    signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
+    if pidfile:
+        pidfile.write_text(f"{os.getpid()}\n")
+    try:
+        serve(cfg, name, every, lambda: bool(stopping))
+    finally:
+        if pidfile:
+            pidfile.unlink(missing_ok=True)
+
+
 @main.command("demo")
 @click.option("--site", "site_path", type=click.Path(path_type=Path), default=str(DEMO_SITE),
               help="Site file [default: the demo site]")

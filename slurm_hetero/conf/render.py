@@ -31,6 +31,8 @@ OUTPUTS: tuple[str, ...] = ("slurm.conf", "gres.conf", "cgroup.conf", "plugstack
 OUTPUTS += ("oci.conf", "hetero-containers.json", "hetero-taskprolog")
 MODES = {"hetero-taskprolog": 0o755}  # write_files' default modes besides 0644
 STACK_DEVICES = {"cuda": "nvml", "rocm": "amdsmi", "cann": "npu-smi"}
+# npu-smi reports power and use only "now": `node sample` keeps the counters (energy/sampler.py).
+SAMPLED_STACKS = {"cann"}
 
 
 @dataclass(frozen=True)
@@ -203,17 +205,22 @@ def render_site(site: Site, profile: Profile | None = None) -> dict[str, str]:
 
 def agent_config(site: Site, profile: Profile) -> str:
     """The node agent's config, read from next to slurm.conf (Slurm gives Prolog SLURM_CONF)."""
-    groups = []
-    for g in site.node_groups:
-        stacks = {a.model.stack for a in g.accelerators}
-        spec = profile.agent_devices or next((STACK_DEVICES[s] for s in stacks if s in STACK_DEVICES), "none")
-        if g.accelerators:
-            groups.append({"nodes": g.names, "devices": spec})
+    groups = [{"nodes": g.names, "devices": devices_spec(g, profile.agent_devices)}
+              for g in site.node_groups if g.accelerators]
     policies = {p.name: {k: v for k, v in asdict(p).items() if k != "name" and v}
                 for p in site.energy_policies}
     return json.dumps({"site": site.name, "state_dir": profile.agent_state_dir,
                        "history": f"{profile.agent_state_dir}/history.jsonl", "groups": groups,
                        "policies": policies, "auto": asdict(site.energy_auto)}, indent=1) + "\n"
+
+
+def devices_spec(group: NodeGroup, override: str | None = None) -> str:
+    """The agent's device backend for a group's nodes (override: the dev cluster's fake,
+    still sampled where the real backend would be)."""
+    stacks = sorted({a.model.stack for a in group.accelerators})
+    spec = override or next((STACK_DEVICES[s] for s in stacks if s in STACK_DEVICES), "none")
+    sampled = any(s in SAMPLED_STACKS for s in stacks)
+    return f"sampled:{spec}" if sampled and not spec.startswith("sampled:") else spec
 
 
 def render_template(name: str, **ctx: object) -> str:

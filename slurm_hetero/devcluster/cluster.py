@@ -29,6 +29,7 @@ from typing import TypedDict
 from slurm_hetero.conf.render import (
     Profile,
     device_paths,
+    devices_spec,
     render_site,
     render_template,
     write_files,
@@ -86,6 +87,7 @@ class ClusterMeta(TypedDict, total=False):
     db_port: int
     node_ports: dict[str, int]
     model: str | None
+    sampled_nodes: list[str]  # nodes whose devices `node sample` meters (npu-smi stand-ins)
 
 
 @dataclass(frozen=True)
@@ -107,6 +109,8 @@ class Cluster:
         self.spool, self.dev, self.munge, self.db = w / "spool", w / "dev", w / "munge", w / "db"
         self.conf = self.etc / "slurm.conf"
         self.agent_dir = w / "agent"  # the node agent's state and log
+        # The agent's devices: a file-backed fake per node (energy/fake.py).
+        self.fake_devices = f"fake:{self.dev}/{{node}}/fake-devices.json"
         self.meta = w / "cluster.json"
         self.runner = Runner(slurm_conf=str(self.conf), timeout=30)
 
@@ -128,6 +132,8 @@ class Cluster:
             Daemon("slurmctld", self.run / "slurmctld.pid", "slurmctld", self.log / "slurmctld.log"),
         ]
         out.append(Daemon("bridge", self.run / "bridge.pid", "bridge run", self.log / "bridge.log"))
+        out += [Daemon(f"sampler {n}", self.run / f"sampler-{n}.pid", "node sample",
+                       self.log / f"sampler-{n}.log") for n in self.info().get("sampled_nodes", [])]
         out += [Daemon(f"slurmd {n}", self.run / f"slurmd-{n}.pid", "slurmd",
                        self.log / f"slurmd-{n}.log") for n in nodes]
         return out
@@ -166,7 +172,10 @@ class Cluster:
         meta: ClusterMeta = {"site": site.name, "site_path": str(site.path or ""), "nodes": nodes,
                 "ctld_port": ports[0], "dbd_port": ports[1], "db_port": ports[2],
                 "node_ports": dict(zip(nodes, ports[4:], strict=True)),
-                "model": str(model.resolve()) if model else self.info().get("model")}
+                "model": str(model.resolve()) if model else self.info().get("model"),
+                "sampled_nodes": [n for g in site.node_groups if g.accelerators
+                                  and devices_spec(g, self.fake_devices).startswith("sampled:")
+                                  for n in g.nodes]}
         write_files({"cluster.json": json.dumps(meta, indent=1)}, self.workdir)
         self._write_confs(site, meta)
         self._start_munge()
@@ -176,6 +185,10 @@ class Cluster:
         self._register_accounting(site)
         self._start("slurmctld", ["slurmctld"], self._ctld_ready)
         self.start_bridge(site)
+        for n in meta["sampled_nodes"]:
+            self._spawn([sys.executable, "-m", "slurm_hetero.cli", "node", "sample", "--node", n,
+                         "--pidfile", str(self.run / f"sampler-{n}.pid")],
+                        log=self.log / f"sampler-{n}.log")
         for n in nodes:
             self._spawn(["slurmd", "-N", n])
         self._wait_idle(timeout - (time.monotonic() - t0))
@@ -211,7 +224,7 @@ class Cluster:
             prolog=str(Path(sys.executable).parent / "slurm-hetero-prolog"),
             epilog=str(Path(sys.executable).parent / "slurm-hetero-epilog"),
             agent_state_dir=str(self.agent_dir),
-            agent_devices=f"fake:{self.dev}/{{node}}/fake-devices.json",
+            agent_devices=self.fake_devices,
             node_ports=dict(meta["node_ports"]),
             # containers (issue 6): the wrapper from this checkout, runc state and image
             # bundles in the workdir.
@@ -244,9 +257,12 @@ class Cluster:
                 fake = self.dev / node / "fake-devices.json"
                 if g.accelerators and not fake.exists():
                     a = g.accelerators[0]
+                    # Where the real backend has no counters (npu-smi), neither has the fake:
+                    # `node sample` keeps them, as it would on the real node.
+                    counter = not devices_spec(g, self.fake_devices).startswith("sampled:")
                     FakeDevices.create(fake, a.model.gres_name, a.count, a.model.id,
                                        default_w=a.model.tdp_watts,
-                                       memory_mib=a.model.device_memory_mib)
+                                       memory_mib=a.model.device_memory_mib, counter=counter)
 
     def _spawn(self, argv: list[str], log: Path | None = None) -> subprocess.Popen[bytes]:
         """Start a daemon detached from our session (it outlives `cluster up`)."""

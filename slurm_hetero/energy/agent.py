@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import random
 import sys
 import time
 from collections.abc import Callable
@@ -25,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from slurm_hetero.energy.comment import merge_comment, parse_comment
-from slurm_hetero.energy.devices import ControlUnsupported, DeviceLayer, open_devices
+from slurm_hetero.energy.devices import ControlUnsupported, DeviceLayer, Reading, open_devices
 from slurm_hetero.energy.policies import AutoRule, EnergyPolicy
 from slurm_hetero.errors import RuntimeFailure
 from slurm_hetero.slurm.runner import Runner
@@ -147,9 +148,10 @@ def restore_device(dev: DeviceLayer, st: NodeState, kind: str, index: int) -> No
 
 # ---- policy -------------------------------------------------------------------------------
 
-def past_utils(cfg: AgentConfig, user: str, name: str) -> list[float]:
-    """Mean utilisations of the user's earlier runs of this job name (oldest first)."""
-    out = []
+def past_runs(cfg: AgentConfig, user: str, name: str) -> list[tuple[float | None, float | None]]:
+    """(mean utilisation, mean power / default limit) of the user's earlier runs of this
+    job name, oldest first; None where the run's backend did not measure it."""
+    out: list[tuple[float | None, float | None]] = []
     try:
         lines = cfg.history.read_text().splitlines()
     except OSError:
@@ -159,8 +161,9 @@ def past_utils(cfg: AgentConfig, user: str, name: str) -> list[float]:
             h = json.loads(line)
         except ValueError:
             continue
-        if h.get("user") == user and h.get("name") == name and h.get("util") is not None:
-            out.append(float(h["util"]))
+        if h.get("user") == user and h.get("name") == name:
+            util, frac = h.get("util"), h.get("power_frac")
+            out.append((None if util is None else float(util), None if frac is None else float(frac)))
     return out
 
 
@@ -169,7 +172,7 @@ def resolve(cfg: AgentConfig, requested: str | None, job: JobView) -> tuple[Ener
         return None, ""
     if requested != "auto":
         return cfg.policies[requested], ""
-    chosen, why = cfg.auto.choose(past_utils(cfg, job.user, job.name))
+    chosen, why = cfg.auto.choose(past_runs(cfg, job.user, job.name))
     return cfg.policies[chosen], why
 
 
@@ -206,7 +209,7 @@ def prolog(cfg: AgentConfig, job_id: str, node: str) -> dict[str, Any]:
     if spec is None or not job.devices:
         write_json(st.job_file(job_id), record)
         return record
-    dev = open_devices(spec)
+    dev = open_devices(spec, st.dir)
     infos = {d.index: d for d in dev.devices()}
     policy, why = resolve(cfg, requested_policy(job.admin_comment), job)
     record.update(policy=policy.name if policy else None, auto_rule=why)
@@ -223,12 +226,13 @@ def prolog(cfg: AgentConfig, job_id: str, node: str) -> dict[str, Any]:
                 write_json(st.owner_file(kind, i), {"job": job_id})
             try:
                 r = dev.read(i)
-                start: dict[str, Any] = {"energy_j": r.energy_j, "power_w": r.power_w}
+                start: dict[str, Any] = {"energy_j": r.energy_j, "busy_s": r.busy_s,
+                                         "covered_s": r.covered_s}
             except ControlUnsupported as e:
                 log.info("%s%d: no reading: %s", kind, i, e)
                 start = {}
-            record["devices"].append(
-                {"kind": kind, "idx": i, "t": time.time(), "applied": applied, **start})
+            record["devices"].append({"kind": kind, "idx": i, "t": time.time(), "applied": applied,
+                                      "default_w": default_w, **start})
     write_json(st.job_file(job_id), record)
     log.info("prolog job %s on %s: policy %s, %d devices, %.0f ms", job_id, node,
              record.get("policy"), len(record["devices"]), (time.monotonic() - t0) * 1000)
@@ -246,7 +250,7 @@ def epilog(cfg: AgentConfig, job_id: str, node: str) -> dict[str, Any] | None:
     spec = cfg.devices_for(node)
     per_device = []
     if spec and record["devices"]:
-        dev = open_devices(spec)
+        dev = open_devices(spec, st.dir)
         for d in record["devices"]:
             kind, i = d["kind"], d["idx"]
             try:
@@ -254,20 +258,7 @@ def epilog(cfg: AgentConfig, job_id: str, node: str) -> dict[str, Any] | None:
             except ControlUnsupported as e:
                 log.info("%s%d: no reading: %s", kind, i, e)
                 end = None
-            secs = max(time.time() - d["t"], 1e-3)
-            row: dict[str, Any] = {"kind": kind, "idx": i, "s": round(secs, 3)}
-            if end is not None and end.energy_j is not None and d.get("energy_j") is not None:
-                row["energy_j"] = round(end.energy_j - d["energy_j"], 1)
-            elif end is not None and d.get("power_w") is not None:  # no counter: trapezoid
-                row["energy_j"] = round((end.power_w + d["power_w"]) / 2 * secs, 1)
-                row["estimated"] = True
-            if "energy_j" in row:
-                row["power_w"] = round(row["energy_j"] / secs, 1)
-            util = dev.mean_util(i, d["t"])
-            if util is None and end is not None:
-                util = end.util
-            row["util"] = round(util, 3) if util is not None else None
-            per_device.append(row)
+            per_device.append(device_figures(d, end, dev.mean_util(i, d["t"]), time.time()))
             if st.owner(kind, i) == job_id:
                 restore_device(dev, st, kind, i)
     summary = summarize(record, per_device)
@@ -280,6 +271,30 @@ def epilog(cfg: AgentConfig, job_id: str, node: str) -> dict[str, Any] | None:
     return summary
 
 
+def device_figures(start: dict[str, Any], end: Reading | None, sampled_util: float | None,
+                   now: float) -> dict[str, Any]:
+    """One device's energy, mean power and mean utilisation over the job, from counters only.
+
+    The prolog and the epilog see the device before and after the job, so instantaneous
+    readings say nothing about the job: without an energy counter (NVML, amdsmi, or the
+    one `node sample` keeps) there is no energy, and utilisation comes from the sampler's
+    busy-seconds or the backend's own samples, else it is not reported (None)."""
+    secs = max(now - start["t"], 1e-3)
+    row: dict[str, Any] = {"kind": start["kind"], "idx": start["idx"], "s": round(secs, 3)}
+    if end is not None and end.energy_j is not None and start.get("energy_j") is not None:
+        row["energy_j"] = round(end.energy_j - start["energy_j"], 1)
+        row["power_w"] = round(row["energy_j"] / secs, 1)
+        if start.get("default_w"):
+            row["power_frac"] = round(row["power_w"] / start["default_w"], 3)
+    util = sampled_util
+    if end is not None and end.busy_s is not None and start.get("busy_s") is not None:
+        covered = (end.covered_s or 0.0) - (start.get("covered_s") or 0.0)
+        row["coverage"] = round(min(1.0, covered / secs), 3)  # the share the sampler saw
+        util = (end.busy_s - start["busy_s"]) / covered if covered > 0 else None
+    row["util"] = round(util, 3) if util is not None else None
+    return row
+
+
 def summarize(record: dict[str, Any], per_device: list[dict[str, Any]]) -> dict[str, Any]:
     energies = [d["energy_j"] for d in per_device if "energy_j" in d]
     utils = [d["util"] for d in per_device if d.get("util") is not None]
@@ -290,6 +305,9 @@ def summarize(record: dict[str, Any], per_device: list[dict[str, Any]]) -> dict[
         out["power_w"] = round(sum(energies) / secs, 1)
     if utils:
         out["util"] = round(sum(utils) / len(utils), 3)
+    fracs = [d["power_frac"] for d in per_device if "power_frac" in d]
+    if fracs:
+        out["power_frac"] = round(sum(fracs) / len(fracs), 3)
     if record.get("policy"):
         out["policy"] = record["policy"]
     if record.get("auto_rule"):
@@ -299,7 +317,8 @@ def summarize(record: dict[str, Any], per_device: list[dict[str, Any]]) -> dict[
 
 def append_history(cfg: AgentConfig, record: dict[str, Any], summary: dict[str, Any]) -> None:
     line = json.dumps({"job": record["job"], "user": record["user"], "name": record["name"],
-                       "util": summary.get("util"), "energy_j": summary.get("energy_j"),
+                       "util": summary.get("util"), "power_frac": summary.get("power_frac"),
+                       "energy_j": summary.get("energy_j"),
                        "policy": record.get("policy"), "end": int(time.time())})
     cfg.history.parent.mkdir(parents=True, exist_ok=True)
     with open(cfg.history, "a") as f:  # one short line per job: O_APPEND keeps lines whole
@@ -311,19 +330,36 @@ def update_comment(job_id: str, node: str, summary: dict[str, Any]) -> None:
 
     The job has ended when Epilog runs, so scontrol may no longer change it: sacctmgr does.
     Start from the bridge's decision (slurmctld still holds the job) merged with what the
-    database has (other nodes of the same job may have written there already)."""
+    database has. The nodes of a multi-node job end together and each writes the whole
+    comment (sacctmgr has no compare-and-set), so a node that read before another wrote
+    can drop that node's entry: each node waits longer than a read-and-write takes, reads
+    again and writes again while its own entry is missing. Its own write can still erase an
+    entry that landed after its read; that node then sees it missing and writes again."""
     try:
         view: JobView | None = job_view(job_id, node)
     except RuntimeFailure:
         view = None
-    db = ""
-    if view is None or view.num_nodes > 1:  # only then can another node have written first
-        r = SLURM.run(["sacct", "-X", "-n", "-P", "-j", job_id, "-o", "AdminComment"], check=False)
-        db = r.stdout.strip().splitlines()[0] if r.returncode == 0 and r.stdout.strip() else ""
-    ctld = view.admin_comment if view else ""
-    merged = merge_comment(merge_comment(db, parse_comment(ctld)), {"node_energy": {node: summary}})
-    SLURM.run(["sacctmgr", "-i", "modify", "job", "where", f"jobid={job_id}", "set",
-               f"AdminComment={merged}"])
+    ctld = parse_comment(view.admin_comment) if view else {}
+    mine = {"node_energy": {node: summary}}
+    multi = view is None or view.num_nodes > 1  # only then can another node write too
+    for _ in range(6 if multi else 1):
+        t0 = time.monotonic()
+        db = db_comment(job_id) if multi else ""
+        merged = merge_comment(merge_comment(db, ctld), mine)
+        SLURM.run(["sacctmgr", "-i", "modify", "job", "where", f"jobid={job_id}", "set",
+                   f"AdminComment={merged}"])
+        if not multi:
+            return
+        time.sleep(max(0.5, 3 * (time.monotonic() - t0)) * random.uniform(1.0, 1.5))
+        if node in parse_comment(db_comment(job_id)).get("node_energy", {}):
+            return
+        log.info("job %s: another node's write dropped %s's figures; writing again", job_id, node)
+    log.warning("job %s: %s's figures did not stay in the admin comment", job_id, node)
+
+
+def db_comment(job_id: str) -> str:
+    r = SLURM.run(["sacct", "-X", "-n", "-P", "-j", job_id, "-o", "AdminComment"], check=False)
+    return r.stdout.strip().splitlines()[0] if r.returncode == 0 and r.stdout.strip() else ""
 
 
 def steps_alive(job_id: str, node: str) -> bool:
@@ -339,7 +375,7 @@ def restore(cfg: AgentConfig, node: str, alive: Callable[[str], bool] | None) ->
     st = NodeState(cfg, node)
     done: list[str] = []
     if spec is not None:
-        dev = open_devices(spec)
+        dev = open_devices(spec, st.dir)
         targets = ({(d.kind, d.index): "" for d in dev.devices()} if alive is None
                    else {k: j for k, j in st.owners().items() if not alive(j)})
         for (kind, i), job in sorted(targets.items()):

@@ -2,7 +2,8 @@
 
 The node agent only talks to `DeviceLayer`. Which backend runs is chosen explicitly (the
 agent's config `devices:` or SLURM_HETERO_DEVICES): `nvml`, `amdsmi`, `npu-smi`, or
-`fake:PATH`.
+`fake:PATH`, and `sampled:` before one of them where `node sample` integrates power and
+utilisation for a backend without counters (npu-smi).
 The fake is never a silent fallback: a node without NVML simply has no NVML devices.
 """
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Protocol
 
 
@@ -38,6 +40,10 @@ class Reading:
     power_w: float
     util: float  # 0..1, instantaneous (or the backend's own recent average)
     timestamp: float
+    # Counters kept by `node sample` for backends that only report figures "now"
+    # (energy/sampler.py): seconds-busy (integral of util) and seconds measured.
+    busy_s: float | None = None
+    covered_s: float | None = None
 
 
 class DeviceLayer(Protocol):
@@ -102,9 +108,18 @@ class NoDevices:
         return None
 
 
-def open_devices(spec: str | None = None) -> DeviceLayer:
-    """The backend named by spec (or $SLURM_HETERO_DEVICES, default `nvml`)."""
+def open_devices(spec: str | None = None, state_dir: Path | None = None) -> DeviceLayer:
+    """The backend named by spec (or $SLURM_HETERO_DEVICES, default `nvml`).
+    `sampled:SPEC` is SPEC with the counters `node sample` keeps in state_dir."""
     spec = spec or os.environ.get("SLURM_HETERO_DEVICES") or "nvml"
+    if spec.startswith("sampled:"):
+        from slurm_hetero.energy.sampler import SampledDevices
+
+        if state_dir is None:
+            from slurm_hetero.errors import InputError
+
+            raise InputError(f"devices {spec!r}: a sampled backend needs the node's state folder")
+        return SampledDevices(open_devices(spec.removeprefix("sampled:")), state_dir)
     if spec == "nvml":
         from slurm_hetero.energy.nvml import NvmlDevices
 
@@ -125,4 +140,5 @@ def open_devices(spec: str | None = None) -> DeviceLayer:
         return FakeDevices(spec.removeprefix("fake:"))
     from slurm_hetero.errors import InputError
 
-    raise InputError(f"devices {spec!r}: use nvml, amdsmi, npu-smi, none or fake:PATH")
+    raise InputError(f"devices {spec!r}: use nvml, amdsmi, npu-smi, none or fake:PATH, "
+                     "optionally after sampled:")

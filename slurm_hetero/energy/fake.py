@@ -3,7 +3,8 @@
 Each emulated node has its own file; prolog and epilog are separate processes, so the
 state (limits, levels, energy counters) must survive between them. Energy grows as
 power x time, where power = min(limit, default limit x load) and load is per device
-(tests set it to stand for compute- or memory-bound work).
+(tests set it to stand for compute- or memory-bound work). With `counter: false` it
+stands for npu-smi: power and use "now" only, no energy counter, no utilisation history.
 """
 
 from __future__ import annotations
@@ -28,11 +29,12 @@ class FakeDevices:
     # ---- state file ---------------------------------------------------------------------
     @staticmethod
     def create(path: str | Path, kind: str, count: int, model: str = "fake",
-               default_w: float = 400.0, load: float = 0.8, memory_mib: int = 0) -> None:
+               default_w: float = 400.0, load: float = 0.8, memory_mib: int = 0,
+               counter: bool = True) -> None:
         devs = [{"index": i, "kind": kind, "name": model, "memory_mib": memory_mib,
                  "default_w": default_w, "limit_w": default_w,
                  "clock_level": "default", "npu_mode": "normal", "load": load,
-                 "energy_j": 0.0, "t": time.time()} for i in range(count)]
+                 "energy_j": 0.0, "t": time.time(), "counter": counter} for i in range(count)]
         _write(Path(path), {"devices": devs})
 
     def _load(self) -> dict[str, Any]:
@@ -63,10 +65,12 @@ class FakeDevices:
     def read(self, index: int) -> Reading:
         d, now = self._load()["devices"][index], time.time()
         self._advance(d, now)
-        return Reading(energy_j=d["energy_j"], power_w=_power(d), util=float(d["load"]), timestamp=now)
+        energy = d["energy_j"] if d.get("counter", True) else None
+        return Reading(energy_j=energy, power_w=_power(d), util=float(d["load"]), timestamp=now)
 
     def mean_util(self, index: int, since: float) -> float | None:
-        return float(self._load()["devices"][index]["load"])
+        d = self._load()["devices"][index]
+        return float(d["load"]) if d.get("counter", True) else None
 
     def set_power_limit(self, index: int, watts: float) -> None:
         self._update(index, limit_w=watts)

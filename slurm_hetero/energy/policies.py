@@ -60,37 +60,64 @@ def parse_power_cap(text: str) -> tuple[float, str]:
     return value, unit
 
 
+# GPU clocks: "low" is the lowest clock the part supports (a fraction of its maximum), far
+# below where memory-bound kernels stop losing speed, so efficiency locks at the middle of
+# the range and relies on the cap; balanced leaves clocks to the driver and trims only the
+# top of the power range, where compute-bound work gains least per watt. These defaults are
+# reasoned from published measurements, not yet from ours: benchmarks/gpu_energy.py checks
+# them on a real GPU.
 DEFAULT_POLICIES: tuple[EnergyPolicy, ...] = (
     EnergyPolicy("performance", "performance", "high", None, "high", "highest clocks, no cap"),
-    EnergyPolicy("balanced", "schedutil", "medium", None, "normal", "clocks follow load"),
-    EnergyPolicy("efficiency", "powersave", "low", "60%", "low",
-                 "lower clocks and a 60% power cap: less energy for memory- or input-bound work"),
+    EnergyPolicy("balanced", "schedutil", None, "85%", "normal",
+                 "clocks follow load, power capped at 85% of the default limit"),
+    EnergyPolicy("efficiency", "powersave", "medium", "60%", "low",
+                 "GPU clocks at most mid-range and a 60% power cap: less energy for memory- or "
+                 "input-bound work"),
     # `auto` is resolved per job by the node agent from the job's own history (see AutoRule);
     # until then the bridge applies balanced's Slurm settings.
-    EnergyPolicy("auto", "schedutil", "medium", None, "normal",
-                 "efficiency for jobs whose history shows low accelerator use, else balanced"),
+    EnergyPolicy("auto", "schedutil", None, None, "normal",
+                 "efficiency for jobs whose history shows low accelerator use or power draw, "
+                 "else balanced"),
 )
 
 
 @dataclass(frozen=True)
 class AutoRule:
-    """`auto` → efficiency when the same user's jobs of the same name, on their last
-    `window` runs (at least `min_jobs`), kept the accelerators under `util_below` busy on
-    average (memory- or input-bound work loses little at lower clocks); else balanced."""
+    """`auto` → efficiency when the same user's jobs of the same name, over their last
+    `window` metered runs (at least `min_jobs`), kept the accelerators under `util_below`
+    busy on average (input-bound work, small models) or drew under `power_below` of the
+    devices' default power limit (memory-bound kernels keep the units busy at low power);
+    both lose little at lower clocks. Otherwise balanced. `power_below` stays under
+    efficiency's cap, so a compute-bound job held at that cap reads above it and goes back
+    to balanced next time.
+
+    >>> AutoRule().choose([(0.9, 0.4), (0.95, 0.44)])
+    ('efficiency', 'mean power 0.42 of the limit < 0.5 over 2 runs')
+    """
 
     util_below: float = 0.5
+    power_below: float = 0.5
     min_jobs: int = 2
     window: int = 5
 
-    def choose(self, past_utils: Iterable[float]) -> tuple[str, str]:
-        recent = list(past_utils)[-self.window:]
+    def choose(self, runs: Iterable[tuple[float | None, float | None]]) -> tuple[str, str]:
+        """runs: (mean utilisation, mean power / default limit) of past runs, oldest first; None
+        where a run's backend did not measure it."""
+        recent = [r for r in runs if r[0] is not None or r[1] is not None][-self.window:]
         if len(recent) < self.min_jobs:
             return "balanced", f"{len(recent)} past runs < {self.min_jobs}: balanced"
-        mean = sum(recent) / len(recent)
-        if mean < self.util_below:
-            return "efficiency", (f"mean accelerator use {mean:.2f} < {self.util_below} "
-                                  f"over {len(recent)} runs")
-        return "balanced", f"mean accelerator use {mean:.2f} >= {self.util_below} over {len(recent)} runs"
+        seen = []
+        for i, (label, below) in enumerate((("mean accelerator use", self.util_below),
+                                            ("mean power", self.power_below))):
+            values = [float(v) for v in (r[i] for r in recent) if v is not None]
+            if len(values) < self.min_jobs:
+                continue
+            mean = sum(values) / len(values)
+            of = " of the limit" if i else ""
+            if mean < below:
+                return "efficiency", f"{label} {mean:.2f}{of} < {below} over {len(values)} runs"
+            seen.append(f"{label} {mean:.2f}{of} >= {below}")
+        return "balanced", ", ".join(seen) + f" over {len(recent)} runs"
 
 
 def policy_table(policies: Iterable[EnergyPolicy]) -> dict[str, EnergyPolicy]:

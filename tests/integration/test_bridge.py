@@ -32,7 +32,7 @@ FORMS = [
     # With a fresh snapshot of an idle cluster: the fewest units that start now (4 A100 = 4.0
     # units beat 5 Ascend 910B = 4.65; the static order would have taken the 910Bs).
     (["--accel=units=4", "--energy=efficiency"], "gres:gpu:a100-80gb:4", "gpu", "x86_64", "gold",
-     {"TresFreq": "gpu:low"}),
+     {"TresFreq": "gpu:medium"}),
     (["--accel=h100:1,mem>=80G", "--energy=performance", "--tier=silver"], "gres:gpu:h100:1", "gpu",
      "x86_64", "silver", {"TresFreq": "gpu:high"}),
     (["--arch=aarch64", "-c", "4"], None, "cpu", "aarch64", "gold", {}),

@@ -53,10 +53,12 @@ def wait_restored(c: Cluster, node: str, idx: list[int]) -> None:
 
 
 @pytest.mark.parametrize(("options", "applied"), [
-    (["--accel=h100:2", "--energy=efficiency"], {"limit_w": 420.0, "clock_level": "low"}),
+    (["--accel=h100:2", "--energy=efficiency"], {"limit_w": 420.0, "clock_level": "medium"}),
     (["--accel=h100:1", "--energy=performance"], {"limit_w": 700.0, "clock_level": "high"}),
-    (["--accel=a100-80gb:1", "--energy=balanced"], {"limit_w": 400.0, "clock_level": "medium"}),
-    (["--accel=h100:1", "--energy=auto"], {"clock_level": "medium"}),  # no history yet: balanced
+    (["--accel=a100-80gb:1", "--energy=balanced"], {"limit_w": 340.0, "clock_level": "default"}),
+    # no history yet: balanced
+    (["--accel=h100:1", "--energy=auto"], {"limit_w": 595.0, "clock_level": "default"}),
+    # npu-smi stand-in: no energy counter; `node sample` meters it
     (["--accel=cann:2", "--energy=efficiency"], {"npu_mode": "low"}),
 ])
 def test_policy_applied_metered_and_restored(cluster: Cluster, options: list[str],
@@ -81,6 +83,11 @@ def test_policy_applied_metered_and_restored(cluster: Cluster, options: list[str
     mine = comment["node_energy"][node]
     assert [d["idx"] for d in mine["devices"]] == idx
     assert mine["energy_j"] > 0 and mine["power_w"] > 0 and 0 <= mine["util"] <= 1
+    if "cann" in options[0]:
+        # The fake NPU draws 400 W x 0.8 load; the sampler's counters saw most of the run.
+        assert not fake_state(cluster, node, idx[0])["counter"]
+        assert all(d["coverage"] > 0.8 and d["util"] == pytest.approx(0.8, abs=0.01) and
+                   d["power_w"] == pytest.approx(320, rel=0.1) for d in mine["devices"]), mine
     if "auto" in options[1]:
         assert mine["policy"] == "balanced" and mine["auto_rule"] == "0 past runs < 2: balanced"
 
@@ -99,7 +106,8 @@ def test_auto_picks_efficiency_for_a_job_that_kept_its_gpus_idle(cluster: Cluste
         jid = submit(cluster.runner, ["--accel=a100-80gb:1", "--energy=auto", "-J", "prep",
                                       "-o", "/dev/null"], "sleep 3")
         node, _, idx = devices_of(cluster, jid)
-        assert fake_state(cluster, node, idx[0])["clock_level"] == "low"  # efficiency
+        state = fake_state(cluster, node, idx[0])
+        assert (state["clock_level"], state["limit_w"]) == ("medium", 240.0)  # efficiency
         wait_done(cluster.runner, [jid])
         wait_restored(cluster, node, idx)
     finally:
@@ -107,6 +115,23 @@ def test_auto_picks_efficiency_for_a_job_that_kept_its_gpus_idle(cluster: Cluste
             fake = FakeDevices(cluster.dev / node / "fake-devices.json")
             for i in range(4):
                 fake._update(i, load=0.8)
+
+
+def test_every_node_of_a_multinode_job_keeps_its_figures(cluster: Cluster) -> None:
+    """Both nodes' epilogs end at once and each rewrites the whole admin comment."""
+    jids = [submit(cluster.runner, ["--accel=a100-80gb:1", "-N", "2", "--energy=balanced",
+                                    "-o", "/dev/null"], "sleep 2") for _ in range(3)]
+    wait_done(cluster.runner, jids)
+    deadline = time.monotonic() + 30
+    while True:
+        rows = sacct_jobs(cluster.runner, jids, ["JobID", "AdminComment", "NodeList", "End"],
+                          require=["AdminComment"])
+        entries = {j: sorted(parse_comment(rows[j]["AdminComment"]).get("node_energy", {})) for j in jids}
+        if all(e == ["a100-01", "a100-02"] for e in entries.values()):
+            break
+        assert time.monotonic() < deadline, entries
+        time.sleep(1)
+    assert all(parse_comment(rows[j]["AdminComment"])["energy"] == "balanced" for j in jids)
 
 
 def test_restored_after_scancel(cluster: Cluster) -> None:

@@ -145,9 +145,12 @@ def test_tier_and_energy(js: JobSubmit) -> None:
     assert rc == 0
     assert desc["qos"] == "diamond"
     assert desc["cpu_freq_gov"] == CPU_GOVERNORS["powersave"]
-    assert desc["tres_freq"] == "gpu:low"
+    assert desc["tres_freq"] == "gpu:medium"
     d = decision(desc)
     assert (d["tier"], d["energy"]) == ("diamond", "efficiency")
+    # balanced leaves GPU clocks to the driver (its cap is the agent's): no tres_freq
+    rc, desc = js.submit({"accel": "h100:1", "energy": "balanced"})
+    assert rc == 0 and "tres_freq" not in desc and desc["cpu_freq_gov"] == CPU_GOVERNORS["schedutil"]
 
 
 def test_energy_on_cpu_job_sets_no_gpu_clock(js: JobSubmit) -> None:

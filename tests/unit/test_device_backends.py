@@ -135,11 +135,11 @@ def test_amd_energy_counter_in_joules(monkeypatch: pytest.MonkeyPatch, legacy: b
 def test_amd_policy_then_reset(gpus: list[AmdGpu]) -> None:
     layer = open_devices("amdsmi")
     applied = agent.apply_policy(layer, "gpu", 0, POLICIES["efficiency"], 750.0)
-    assert applied == ["cap 450W", "clocks low"]
-    assert (gpus[0].cap_uw, gpus[0].perf) == (450_000_000, "LOW")
+    assert applied == ["cap 450W", "clocks medium"]
+    assert (gpus[0].cap_uw, gpus[0].perf, gpus[0].clk_range) == (450_000_000, "MANUAL", (500, 1300))
     assert gpus[1].perf == "AUTO" and gpus[1].cap_uw == 750_000_000  # not its device
-    layer.set_gpu_clock_level(0, "medium")
-    assert gpus[0].clk_range == (500, 1300)
+    layer.set_gpu_clock_level(0, "low")
+    assert gpus[0].perf == "LOW"
     layer.set_gpu_clock_level(0, "9999")  # MHz above the part's range: clamped
     assert gpus[0].clk_range == (500, 2100)
     layer.reset(0)
@@ -234,10 +234,10 @@ def test_nvml_units(nv: tuple[nvml.NvmlDevices, list[NvGpu]]) -> None:
 
 def test_nvml_levels_and_reset(nv: tuple[nvml.NvmlDevices, list[NvGpu]]) -> None:
     layer, gpus = nv
-    assert agent.apply_policy(layer, "gpu", 1, POLICIES["efficiency"], 700.0) == ["cap 420W", "clocks low"]
-    assert (gpus[1].limit_mw, gpus[1].locked) == (420_000, (345, 345))
-    layer.set_gpu_clock_level(1, "medium")
-    assert gpus[1].locked == (345, 1500)
+    assert agent.apply_policy(layer, "gpu", 1, POLICIES["efficiency"], 700.0) == ["cap 420W", "clocks medium"]
+    assert (gpus[1].limit_mw, gpus[1].locked) == (420_000, (345, 1500))
+    layer.set_gpu_clock_level(1, "low")
+    assert gpus[1].locked == (345, 345)
     gpus[1].unsupported.add("clocks")  # e.g. a part without locked-clock support
     with pytest.raises(ControlUnsupported, match="clock reset"):
         layer.reset(1)

@@ -25,18 +25,26 @@ DEMO = ROOT / "site" / "demo" / "site.yaml"
 
 # ---- policies ---------------------------------------------------------------------------
 
-@pytest.mark.parametrize(("utils", "chosen"), [
-    ([], "balanced"), ([0.1], "balanced"), ([0.2, 0.3], "efficiency"), ([0.9, 0.8], "balanced"),
-    ([0.9] * 10 + [0.1] * 5, "efficiency"),  # only the last `window` runs count
+@pytest.mark.parametrize(("runs", "chosen", "why"), [
+    ([], "balanced", "0 past runs < 2: balanced"),
+    ([(0.1, 0.1)], "balanced", "1 past runs < 2: balanced"),
+    ([(0.2, None), (0.3, None)], "efficiency", "mean accelerator use 0.25 < 0.5 over 2 runs"),
+    ([(0.9, 0.9), (0.8, 0.7)], "balanced",
+     "mean accelerator use 0.85 >= 0.5, mean power 0.80 of the limit >= 0.5 over 2 runs"),
+    # memory-bound: the units look busy, the power draw says otherwise
+    ([(0.95, 0.40), (0.9, 0.44)], "efficiency", "mean power 0.42 of the limit < 0.5 over 2 runs"),
+    ([(0.9, 0.9)] * 10 + [(0.1, 0.1)] * 5, "efficiency",  # only the last `window` runs count
+     "mean accelerator use 0.10 < 0.5 over 5 runs"),
+    ([(None, None)] * 3 + [(0.9, None)], "balanced", "1 past runs < 2: balanced"),  # unmetered runs
+    ([(None, 0.9), (None, 0.8)], "balanced", "mean power 0.85 of the limit >= 0.5 over 2 runs"),
 ])
-def test_auto_rule(utils: list[float], chosen: str) -> None:
-    got, why = AutoRule().choose(utils)
-    assert got == chosen and why
+def test_auto_rule(runs: list[tuple[float | None, float | None]], chosen: str, why: str) -> None:
+    assert AutoRule().choose(runs) == (chosen, why)
 
 
 def test_power_caps() -> None:
     eff = {p.name: p for p in DEFAULT_POLICIES}["efficiency"]
-    assert eff.power_cap_watts(700) == 420.0
+    assert eff.power_cap_watts(700) == 420.0 and eff.gpu_freq == "medium"
     assert EnergyPolicy("x", gpu_power_cap="250W").power_cap_watts(700) == 250.0
     assert EnergyPolicy("x").power_cap_watts(700) is None
     for bad in ("fast", "0%", "120%", "-5W"):
@@ -62,7 +70,7 @@ def test_site_policies_reach_bridge_and_agent() -> None:
     assert "energy=fast,eco " in files["plugstack.conf"]
     cfg = json.loads(files["hetero-agent.json"])
     assert cfg["policies"]["eco"] == {"gpu_freq": "900", "gpu_power_cap": "200W"}
-    assert {"nodes": "npu-[01-02]", "devices": "npu-smi"} in cfg["groups"]
+    assert {"nodes": "npu-[01-02]", "devices": "sampled:npu-smi"} in cfg["groups"]
     assert {"nodes": "h100-01", "devices": "nvml"} in cfg["groups"]
 
 
@@ -89,7 +97,7 @@ def test_npu_smi_parse() -> None:
 
 def test_no_silent_fake() -> None:
     assert open_devices("nvml").devices() == []  # no NVML here: no devices, not a fake
-    with pytest.raises(InputError, match="use nvml, amdsmi, npu-smi, none or fake:PATH"):
+    with pytest.raises(InputError, match="use nvml, amdsmi, npu-smi, none or fake:PATH, optionally after sampled:"):
         open_devices("fake")
 
 
@@ -133,8 +141,8 @@ def test_policy_applied_to_allocated_devices_only_then_restored(cfg: agent.Agent
     rec = agent.prolog(cfg, "1", "g01")
     dev = fake(cfg)
     assert [dev.state(i)["limit_w"] for i in range(8)] == [700, 700, 420, 700, 700, 420, 700, 700]
-    assert dev.state(2)["clock_level"] == "low" and dev.state(3)["clock_level"] == "default"
-    assert rec["policy"] == "efficiency" and rec["devices"][0]["applied"] == ["cap 420W", "clocks low"]
+    assert dev.state(2)["clock_level"] == "medium" and dev.state(3)["clock_level"] == "default"
+    assert rec["policy"] == "efficiency" and rec["devices"][0]["applied"] == ["cap 420W", "clocks medium"]
     summary = agent.epilog(cfg, "1", "g01")
     assert summary and summary["policy"] == "efficiency" and summary["energy_j"] > 0
     assert [d["idx"] for d in summary["devices"]] == [2, 5]
@@ -142,6 +150,8 @@ def test_policy_applied_to_allocated_devices_only_then_restored(cfg: agent.Agent
                for i in range(8))
     merged = parse_comment(jobs["comments"]["1"])
     assert merged["hetero"] == 1 and merged["node_energy"]["g01"]["util"] == 0.3
+    # the fake draws default x load = 210 W, under the 420 W cap: 0.3 of the default limit
+    assert merged["node_energy"]["g01"]["power_frac"] == pytest.approx(0.3, abs=0.02)
     assert not list((cfg.state_dir / "g01").glob("*.json"))
 
 
@@ -204,5 +214,5 @@ def test_dev_profile_wires_prolog_and_fake_devices() -> None:
                                                  epilog="/v/bin/slurm-hetero-epilog",
                                                  agent_devices="fake:/w/dev/{node}/f.json"))
     assert "Prolog=/v/bin/slurm-hetero-prolog\nEpilog=/v/bin/slurm-hetero-epilog\nPrologFlags=Alloc" in files["slurm.conf"]
-    assert {"nodes": "npu-[01-02]", "devices": "fake:/w/dev/{node}/f.json"} in json.loads(
+    assert {"nodes": "npu-[01-02]", "devices": "sampled:fake:/w/dev/{node}/f.json"} in json.loads(
         files["hetero-agent.json"])["groups"]

@@ -53,9 +53,9 @@ local ARCHES = {
 local TIERS = { ["diamond"] = true, ["gold"] = true, ["silver"] = true, }
 local ENERGY = {
     ["performance"] = { cpu_freq_gov = 2181038080, gpu_freq = "high" },
-    ["balanced"] = { cpu_freq_gov = 2151677952, gpu_freq = "medium" },
-    ["efficiency"] = { cpu_freq_gov = 2164260864, gpu_freq = "low" },
-    ["auto"] = { cpu_freq_gov = 2151677952, gpu_freq = "medium" },
+    ["balanced"] = { cpu_freq_gov = 2151677952, gpu_freq = nil },
+    ["efficiency"] = { cpu_freq_gov = 2164260864, gpu_freq = "medium" },
+    ["auto"] = { cpu_freq_gov = 2151677952, gpu_freq = nil },
 }
 -- Default-partition routing for plain jobs: a GRES → the partitions that have it.
 local GRES_PARTITIONS = {
