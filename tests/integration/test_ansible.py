@@ -15,12 +15,13 @@ ROOT = Path(__file__).resolve().parents[2]
 PLAYBOOK = ROOT / "ansible" / "playbooks" / "deploy.yml"
 
 
-def deploy(c: Cluster, dest: Path, tmp: Path) -> subprocess.CompletedProcess[str]:
+def deploy(c: Cluster, dest: Path, tmp: Path, **more: object) -> subprocess.CompletedProcess[str]:
     inventory = tmp / "inventory"
     inventory.write_text(f"[slurm_controller]\nlocalhost ansible_connection=local "
                          f"ansible_python_interpreter={sys.executable}\n")
     extra = {"slurm_hetero_conf_src": str(c.etc), "slurm_hetero_conf_dir": str(dest),
-             "slurm_hetero_slurm_conf_env": {"SLURM_CONF": str(c.conf)}, "ansible_become": False}
+             "slurm_hetero_slurm_conf_env": {"SLURM_CONF": str(c.conf)}, "ansible_become": False,
+             **more}
     return subprocess.run(
         [str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(inventory), str(PLAYBOOK),
          "-e", json.dumps(extra)],
@@ -28,13 +29,19 @@ def deploy(c: Cluster, dest: Path, tmp: Path) -> subprocess.CompletedProcess[str
 
 
 def test_role_deploys_and_verifies(cluster: Cluster, tmp_path: Path) -> None:
-    dest = tmp_path / "etc-slurm"
-    r = deploy(cluster, dest, tmp_path)
+    dest, units = tmp_path / "etc-slurm", tmp_path / "systemd"
+    units.mkdir()
+    r = deploy(cluster, dest, tmp_path, slurm_hetero_sampler=True, slurm_hetero_systemd_dir=str(units))
     assert r.returncode == 0, r.stdout[-3000:]
     for name in ("slurm.conf", "gres.conf", "cgroup.conf", "plugstack.conf", "job_submit.lua",
                  "hetero-agent.json"):
         assert (dest / name).read_text() == (cluster.etc / name).read_text(), name
     assert "Slurm sees the accelerators the configuration declares" in r.stdout
+    # The sampler's unit is installed; starting it needs systemd, which this machine lacks.
+    unit = (units / "hetero-sampler.service").read_text()
+    assert "node sample --every 1" in unit and "npu-[01-02]" in unit
+    task = r.stdout.split("TASK [slurm_hetero : Device sampler running]")[1].split("TASK [")[0]
+    assert "skipping: [localhost]" in task, task
 
 
 def test_role_fails_on_a_drained_node(cluster: Cluster, tmp_path: Path) -> None:
