@@ -254,11 +254,11 @@ def node_restore(node_name: str | None, everything: bool) -> None:
     """Restore the defaults of devices left changed by jobs that no longer run here."""
     import socket
 
-    from slurm_hetero.energy.agent import AgentConfig, config_path, restore, steps_alive
+    from slurm_hetero.energy.agent import AgentConfig, config_path, job_gone, job_holds_devices, restore
 
     name = node_name or socket.gethostname().split(".")[0]
-    alive = None if everything else (lambda job: steps_alive(job, name))
-    done = restore(AgentConfig.load(config_path()), name, alive)
+    alive = None if everything else (lambda job: job_holds_devices(job, name))
+    done = restore(AgentConfig.load(config_path()), name, alive, job_gone)
     console.print(f"restored {len(done)} device(s) on {name}: {', '.join(done) or 'none needed'}")
 
 

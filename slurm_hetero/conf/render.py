@@ -29,9 +29,10 @@ OUTPUTS: tuple[str, ...] = ("slurm.conf", "gres.conf", "cgroup.conf", "plugstack
                             "job_submit.lua", "qos.sacctmgr")
 # containers (issue 6): Slurm's OCI config, what the node-side wrapper reads, the TaskProlog.
 OUTPUTS += ("oci.conf", "hetero-containers.json", "hetero-taskprolog")
-# energy (issue 5): the systemd unit of `node sample`, for nodes with a sampled backend.
-OUTPUTS += ("hetero-sampler.service",)
-MODES = {"hetero-taskprolog": 0o755}  # write_files' default modes besides 0644
+# energy (issue 5): the systemd unit of `node sample`, for nodes with a sampled backend, and
+# the HealthCheckProgram that restores devices a killed slurmstepd left changed.
+OUTPUTS += ("hetero-sampler.service", "hetero-healthcheck")
+MODES = {"hetero-taskprolog": 0o755, "hetero-healthcheck": 0o755}  # besides write_files' 0644
 STACK_DEVICES = {"cuda": "nvml", "rocm": "amdsmi", "cann": "npu-smi"}
 # npu-smi reports power and use only "now": `node sample` keeps the counters (energy/sampler.py).
 SAMPLED_STACKS = {"cann"}
@@ -70,6 +71,8 @@ class Profile:
     prolog: str | None = "/usr/local/bin/slurm-hetero-prolog"
     epilog: str | None = "/usr/local/bin/slurm-hetero-epilog"
     agent_cli: str = "/usr/local/bin/slurm-hetero"  # `node sample` runs from it
+    restore: str = "/usr/local/bin/slurm-hetero-restore"  # run by the HealthCheckProgram
+    health_check_interval: int | None = None  # None: the site's node_agent.restore_interval
     agent_state_dir: str = "/var/lib/slurm-hetero/agent"
     # Device backend per node; None: by the node's stack (cuda: nvml, cann: npu-smi).
     # "{node}" is replaced by the node's name (the dev cluster's fake keeps a file per node).
@@ -162,6 +165,9 @@ def _context(site: Site, profile: Profile) -> dict[str, object]:
         "snapshot_path": profile.snapshot_path,
         "snapshot_check_s": profile.snapshot_check_s,
         "snapshot_stale_s": profile.snapshot_stale_s,
+        "health_check_interval": (site.node_agent.restore_interval
+                                  if profile.health_check_interval is None
+                                  else profile.health_check_interval),
         "sampled_groups": [g.names for g in site.node_groups if g.accelerators
                            and devices_spec(g, profile.agent_devices).startswith("sampled:")],
         **bridge_context(site),

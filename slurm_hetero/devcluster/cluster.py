@@ -223,6 +223,11 @@ class Cluster:
             # The node agent from this environment, with file-backed fake devices per node.
             prolog=str(Path(sys.executable).parent / "slurm-hetero-prolog"),
             epilog=str(Path(sys.executable).parent / "slurm-hetero-epilog"),
+            restore=str(Path(sys.executable).parent / "slurm-hetero-restore"),
+            agent_cli=str(Path(sys.executable).parent / "slurm-hetero"),
+            # Every node in turn (CYCLE) within 20 s: a device a killed slurmstepd left
+            # changed is back to its defaults within about that.
+            health_check_interval=20,
             agent_state_dir=str(self.agent_dir),
             agent_devices=self.fake_devices,
             node_ports=dict(meta["node_ports"]),

@@ -362,15 +362,56 @@ def db_comment(job_id: str) -> str:
     return r.stdout.strip().splitlines()[0] if r.returncode == 0 and r.stdout.strip() else ""
 
 
-def steps_alive(job_id: str, node: str) -> bool:
-    """Does a slurmstepd of the job answer on this node? (Works while slurmctld still thinks
-    a job runs whose slurmstepd was killed: Slurm notices only at the node's next registration.)"""
-    return SLURM.run(["scontrol", "listpids", job_id, node], check=False).returncode == 0
+ACTIVE_STATES = {"RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED", "STOPPED"}
+LAUNCH_GRACE_S = 30  # a batch step starts within this of the job (its prolog done)
 
 
-def restore(cfg: AgentConfig, node: str, alive: Callable[[str], bool] | None) -> list[str]:
-    """Restore devices whose job no longer runs here (every device if alive is None), and
-    drop the records of jobs whose epilog never came."""
+def holds_devices(rec: dict[str, str] | None, node: str, has_steps: bool, now: float) -> bool:
+    """Does a job still hold its devices on this node (so `restore` must leave them)?
+
+    A live slurmstepd says yes. Without one the answer depends on what should run here:
+    slurmctld notices a killed slurmstepd only at the node's next registration, so a job it
+    still calls RUNNING may be dead. Only the batch host of a batch job must have a step
+    (the batch script) once the job has started; an allocation (salloc) or another node of
+    the job may rightly have none between sruns, so those count as holding."""
+    if has_steps:
+        return True
+    if not rec or rec.get("JobState") not in ACTIVE_STATES:
+        return False
+    if rec["JobState"] == "COMPLETING":
+        return True  # its epilog restores and meters
+    if rec.get("BatchFlag") != "1" or rec.get("BatchHost") != node:
+        return True
+    try:
+        started = time.mktime(time.strptime(rec.get("StartTime", ""), "%Y-%m-%dT%H:%M:%S"))
+    except ValueError:
+        return True
+    return now - started < LAUNCH_GRACE_S
+
+
+def job_record(job_id: str) -> dict[str, str] | None:
+    """slurmctld's record of a job, None once it has forgotten it."""
+    from slurm_hetero.slurm.parse import parse_kv_record
+
+    r = SLURM.run(["scontrol", "show", "job", job_id], check=False)
+    return parse_kv_record(r.stdout) if r.returncode == 0 and r.stdout.strip() else None
+
+
+def job_holds_devices(job_id: str, node: str) -> bool:
+    has_steps = SLURM.run(["scontrol", "listpids", job_id, node], check=False).returncode == 0
+    return has_steps or holds_devices(job_record(job_id), node, False, time.time())
+
+
+def job_gone(job_id: str) -> bool:
+    """slurmctld no longer runs the job anywhere: its epilog will not come (node crash)."""
+    rec = job_record(job_id)
+    return rec is None or rec.get("JobState") not in ACTIVE_STATES
+
+
+def restore(cfg: AgentConfig, node: str, alive: Callable[[str], bool] | None,
+            gone: Callable[[str], bool] | None = None) -> list[str]:
+    """Restore devices whose job no longer holds them (every device if alive is None), and
+    drop the records of jobs that are gone (default: not alive) and so get no epilog."""
     spec = cfg.devices_for(node)
     st = NodeState(cfg, node)
     done: list[str] = []
@@ -381,9 +422,11 @@ def restore(cfg: AgentConfig, node: str, alive: Callable[[str], bool] | None) ->
         for (kind, i), job in sorted(targets.items()):
             restore_device(dev, st, kind, i)
             done.append(f"{kind}{i}" + (f" (job {job})" if job else ""))
-    for f in st.dir.glob("job-*.json"):
-        if alive is not None and not alive(f.stem[4:]):
-            f.unlink(missing_ok=True)
+    if alive is not None:
+        gone = gone or (lambda job: not alive(job))
+        for f in st.dir.glob("job-*.json"):
+            if gone(f.stem[4:]):
+                f.unlink(missing_ok=True)
     return done
 
 
@@ -397,7 +440,11 @@ def _entry(which: str) -> int:
         cfg.state_dir.mkdir(parents=True, exist_ok=True)
         logging.basicConfig(filename=str(cfg.state_dir / "agent.log"), level=logging.INFO,
                             format="%(asctime)s %(levelname)s %(message)s")
-        if job_id and node:
+        if which == "restore" and node:
+            done = restore(cfg, node, lambda job: job_holds_devices(job, node), job_gone)
+            if done:
+                log.info("restore on %s: %s", node, ", ".join(done))
+        elif job_id and node:
             (prolog if which == "prolog" else epilog)(cfg, job_id, node)
     except Exception as e:  # never fail the job or drain the node for the agent's sake
         logging.basicConfig(stream=sys.stderr)
@@ -411,3 +458,8 @@ def prolog_main() -> int:
 
 def epilog_main() -> int:
     return _entry("epilog")
+
+
+def restore_main() -> int:
+    """Slurm's HealthCheckProgram (through the rendered hetero-healthcheck): SLURMD_NODENAME."""
+    return _entry("restore")

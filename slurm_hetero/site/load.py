@@ -29,7 +29,7 @@ from slurm_hetero.site.catalog import (
     model_from_fields,
     normalize,
 )
-from slurm_hetero.site.model import AccelGroup, Billing, NodeGroup, Partition, QosTier, Site
+from slurm_hetero.site.model import AccelGroup, Billing, NodeAgent, NodeGroup, Partition, QosTier, Site
 from slurm_hetero.site.units import parse_bandwidth_gbs, parse_size_mib
 
 ARCH_ALIASES = {
@@ -372,7 +372,8 @@ def load_site_text(text: str, source: str = "<site>", path: Path | None = None) 
     return Site(name=data["name"], path=path, description=data.get("description", ""),
                 catalog=models, normalization=norm, node_groups=groups, partitions=partitions,
                 qos=qos, default_qos=default_qos, billing=billing, energy_policies=policies,
-                energy_auto=auto, images=images, containers=containers)
+                energy_auto=auto, node_agent=NodeAgent(**(data.get("node_agent") or {})),
+                images=images, containers=containers)
 
 
 def load_site(path: str | Path) -> Site:

@@ -107,6 +107,15 @@ class Billing:
 
 
 @dataclass(frozen=True)
+class NodeAgent:
+    """energy (issue 5): how often Slurm's HealthCheckProgram restores devices whose job
+    has no live slurmstepd (0: never), and the site's own health check to run after it."""
+
+    restore_interval: int = 300
+    health_check: str | None = None
+
+
+@dataclass(frozen=True)
 class Site:
     name: str
     path: Path | None
@@ -120,6 +129,7 @@ class Site:
     billing: Billing = field(default_factory=Billing)
     energy_policies: tuple[EnergyPolicy, ...] = DEFAULT_POLICIES
     energy_auto: AutoRule = field(default_factory=AutoRule)
+    node_agent: NodeAgent = field(default_factory=NodeAgent)
     # containers (issue 6): the image catalog by NAME:TAG, and container settings.
     images: dict[str, Image] = field(default_factory=dict)
     containers: ContainerSettings = field(default_factory=ContainerSettings)

@@ -14,6 +14,7 @@ from click.testing import CliRunner
 
 from slurm_hetero.cli import main
 from slurm_hetero.devcluster import Cluster
+from slurm_hetero.energy import agent
 from slurm_hetero.energy.comment import parse_comment
 from slurm_hetero.energy.fake import FakeDevices
 from slurm_hetero.slurm.jobs import sacct_jobs, submit, wait_done
@@ -41,8 +42,8 @@ def fake_state(c: Cluster, node: str, i: int) -> dict[str, Any]:
     return FakeDevices(c.dev / node / "fake-devices.json").state(i)
 
 
-def wait_restored(c: Cluster, node: str, idx: list[int]) -> None:
-    deadline = time.monotonic() + 20
+def wait_restored(c: Cluster, node: str, idx: list[int], timeout: float = 20) -> None:
+    deadline = time.monotonic() + timeout
     while True:
         states = [fake_state(c, node, i) for i in idx]
         if all(s["limit_w"] == s["default_w"] and all(s[k] == v for k, v in DEFAULTS.items())
@@ -144,7 +145,7 @@ def test_restored_after_scancel(cluster: Cluster) -> None:
 
 def test_restored_after_slurmstepd_is_killed(cluster: Cluster) -> None:
     jid = submit(cluster.runner, ["--accel=a100-80gb:2", "--energy=efficiency", "-o", "/dev/null"],
-                 "sleep 120")
+                 "sleep 300")
     node, _, idx = devices_of(cluster, jid)
     assert fake_state(cluster, node, idx[0])["limit_w"] == 240.0
     pids = subprocess.run(["pgrep", "-f", f"slurmstepd: \\[{jid}\\."], capture_output=True,
@@ -152,13 +153,17 @@ def test_restored_after_slurmstepd_is_killed(cluster: Cluster) -> None:
     assert pids, "no slurmstepd for the job"
     for pid in pids:
         os.kill(int(pid), signal.SIGKILL)
-    # slurmctld learns of the loss only at the node's next full registration (minutes): the
-    # agent's `node restore` (run by an admin or a timer) sees no slurmstepd and restores now.
+    # slurmctld learns of the loss only at the node's next full registration (minutes), and
+    # still calls the job RUNNING. Slurm's HealthCheckProgram (the rendered hetero-healthcheck,
+    # every node in turn within 20 s here) runs the agent's restore: the batch host of a job
+    # past its launch grace has no slurmstepd, so its devices get their defaults back.
+    wait_restored(cluster, node, idx, timeout=agent.LAUNCH_GRACE_S + 45)
+    assert cluster.runner.out(["squeue", "-h", "-j", str(jid), "-o", "%T"]).strip() == "RUNNING"
+    log = (cluster.agent_dir / "agent.log").read_text()
+    assert f"restore on {node}: gpu{idx[0]} (job {jid}), gpu{idx[1]} (job {jid})" in log
     r = CliRunner().invoke(main, ["node", "restore", "--node", node],
                            env={"SLURM_CONF": str(cluster.conf)})
-    assert r.exit_code == 0, r.output
-    assert r.output.startswith(f"restored 2 device(s) on {node}: gpu{idx[0]} (job {jid})"), r.output
-    wait_restored(cluster, node, idx)
+    assert r.exit_code == 0 and r.output.startswith(f"restored 0 device(s) on {node}: none needed"), r.output
     cluster.runner.run(["scancel", str(jid)])
 
 

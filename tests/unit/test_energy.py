@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -216,3 +217,35 @@ def test_dev_profile_wires_prolog_and_fake_devices() -> None:
     assert "Prolog=/v/bin/slurm-hetero-prolog\nEpilog=/v/bin/slurm-hetero-epilog\nPrologFlags=Alloc" in files["slurm.conf"]
     assert {"nodes": "npu-[01-02]", "devices": "sampled:fake:/w/dev/{node}/f.json"} in json.loads(
         files["hetero-agent.json"])["groups"]
+
+
+# ---- which jobs still hold their devices (node restore, the health check) ----------------------
+
+def test_holds_devices_on_captured_job() -> None:
+    from slurm_hetero.slurm.parse import parse_kv_record
+
+    # A running batch job on a100-01, captured from `scontrol show job -d` on Slurm 22.05.
+    rec = parse_kv_record((ROOT / "tests/data/containers/scontrol-job-d-gpu-22.05.txt").read_text())
+    start = time.mktime(time.strptime(rec["StartTime"], "%Y-%m-%dT%H:%M:%S"))
+    late = start + agent.LAUNCH_GRACE_S + 1
+    assert agent.holds_devices(rec, "a100-01", has_steps=True, now=late)
+    # the batch host without a slurmstepd, past the launch grace: a killed slurmstepd
+    assert not agent.holds_devices(rec, "a100-01", has_steps=False, now=late)
+    assert agent.holds_devices(rec, "a100-01", has_steps=False, now=start + 5)  # still launching
+    assert agent.holds_devices(rec, "a100-02", has_steps=False, now=late)  # not the batch host
+    assert agent.holds_devices({**rec, "BatchFlag": "0"}, "a100-01", False, late)  # salloc
+    assert agent.holds_devices({**rec, "JobState": "COMPLETING"}, "a100-01", False, late)
+    assert not agent.holds_devices({**rec, "JobState": "COMPLETED"}, "a100-01", False, late)
+    assert not agent.holds_devices(None, "a100-01", False, late)  # slurmctld forgot it
+
+
+def test_health_check_wiring_from_the_site() -> None:
+    chained = render_site(load_site_text(DEMO.read_text() + "node_agent: {restore_interval: 120, "
+                                         "health_check: /usr/sbin/nhc}\n", "site.yaml"))
+    assert "HealthCheckInterval=120\n" in chained["slurm.conf"]
+    assert chained["hetero-healthcheck"].rstrip().endswith("exec /usr/sbin/nhc")
+    off = render_site(load_site_text(DEMO.read_text() + "node_agent: {restore_interval: 0}\n", "site.yaml"))
+    assert "HealthCheck" not in off["slurm.conf"]
+    with pytest.raises(SiteError) as e:
+        load_site_text(DEMO.read_text() + "node_agent: {health_check: 'nhc; reboot'}\n", "site.yaml")
+    assert "node_agent.health_check" in "\n".join(e.value.lines)
