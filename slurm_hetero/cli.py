@@ -271,8 +271,6 @@ def node_restore(node_name: str | None, everything: bool) -> None:
 def node_sample(node_name: str | None, every: float, pidfile: Path | None) -> None:
     """Keep energy/utilisation counters for devices that lack them (until SIGTERM)."""
     import logging
-    import os
-    import signal
     import socket
 
     from slurm_hetero.energy.agent import AgentConfig, config_path
@@ -280,16 +278,7 @@ def node_sample(node_name: str | None, every: float, pidfile: Path | None) -> No
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     name = node_name or socket.gethostname().split(".")[0]
-    cfg = AgentConfig.load(config_path())
-    stopping: list[bool] = []
-    signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
-    if pidfile:
-        pidfile.write_text(f"{os.getpid()}\n")
-    try:
-        serve(cfg, name, every, lambda: bool(stopping))
-    finally:
-        if pidfile:
-            pidfile.unlink(missing_ok=True)
+    serve(AgentConfig.load(config_path()), name, every, pidfile=pidfile)
 
 
 @main.command("demo")

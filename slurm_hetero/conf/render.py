@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import shlex
 import shutil
 import tempfile
 from dataclasses import asdict, dataclass, field
@@ -168,8 +169,7 @@ def _context(site: Site, profile: Profile) -> dict[str, object]:
         "health_check_interval": (site.node_agent.restore_interval
                                   if profile.health_check_interval is None
                                   else profile.health_check_interval),
-        "sampled_groups": [g.names for g in site.node_groups if g.accelerators
-                           and devices_spec(g, profile.agent_devices).startswith("sampled:")],
+        "sampled_groups": [g.names for g in site.node_groups if is_sampled(g, profile.agent_devices)],
         **bridge_context(site),
         **container_context(site, profile),
     }
@@ -196,13 +196,15 @@ def slurm_minutes(text: str | None) -> int | None:
 
 
 def _env() -> jinja2.Environment:
-    return jinja2.Environment(
+    env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(TEMPLATES)),
         undefined=jinja2.StrictUndefined,
         keep_trailing_newline=True,
         trim_blocks=True,
         lstrip_blocks=True,
     )
+    env.filters["sh"] = shlex.quote  # a path in a rendered shell script, one word whatever it holds
+    return env
 
 
 def render_site(site: Site, profile: Profile | None = None) -> dict[str, str]:
@@ -232,6 +234,11 @@ def devices_spec(group: NodeGroup, override: str | None = None) -> str:
     spec = override or next((STACK_DEVICES[s] for s in stacks if s in STACK_DEVICES), "none")
     sampled = any(s in SAMPLED_STACKS for s in stacks)
     return f"sampled:{spec}" if sampled and not spec.startswith("sampled:") else spec
+
+
+def is_sampled(group: NodeGroup, override: str | None = None) -> bool:
+    """Does the agent meter this group's devices through `node sample`?"""
+    return bool(group.accelerators) and devices_spec(group, override).startswith("sampled:")
 
 
 def render_template(name: str, **ctx: object) -> str:

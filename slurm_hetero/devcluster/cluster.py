@@ -29,7 +29,7 @@ from typing import TypedDict
 from slurm_hetero.conf.render import (
     Profile,
     device_paths,
-    devices_spec,
+    is_sampled,
     render_site,
     render_template,
     write_files,
@@ -173,8 +173,7 @@ class Cluster:
                 "ctld_port": ports[0], "dbd_port": ports[1], "db_port": ports[2],
                 "node_ports": dict(zip(nodes, ports[4:], strict=True)),
                 "model": str(model.resolve()) if model else self.info().get("model"),
-                "sampled_nodes": [n for g in site.node_groups if g.accelerators
-                                  and devices_spec(g, self.fake_devices).startswith("sampled:")
+                "sampled_nodes": [n for g in site.node_groups if is_sampled(g, self.fake_devices)
                                   for n in g.nodes]}
         write_files({"cluster.json": json.dumps(meta, indent=1)}, self.workdir)
         self._write_confs(site, meta)
@@ -264,7 +263,7 @@ class Cluster:
                     a = g.accelerators[0]
                     # Where the real backend has no counters (npu-smi), neither has the fake:
                     # `node sample` keeps them, as it would on the real node.
-                    counter = not devices_spec(g, self.fake_devices).startswith("sampled:")
+                    counter = not is_sampled(g, self.fake_devices)
                     FakeDevices.create(fake, a.model.gres_name, a.count, a.model.id,
                                        default_w=a.model.tdp_watts,
                                        memory_mib=a.model.device_memory_mib, counter=counter)

@@ -14,19 +14,21 @@ The config is `hetero-agent.json` next to slurm.conf (Slurm gives Prolog SLURM_C
 
 from __future__ import annotations
 
+import fcntl
 import json
 import logging
 import os
 import random
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from slurm_hetero.energy.comment import merge_comment, parse_comment
-from slurm_hetero.energy.devices import ControlUnsupported, DeviceLayer, Reading, open_devices
+from slurm_hetero.energy.devices import ControlUnsupported, DeviceInfo, DeviceLayer, Reading, open_devices
 from slurm_hetero.energy.policies import AutoRule, EnergyPolicy
 from slurm_hetero.errors import RuntimeFailure
 from slurm_hetero.slurm.runner import Runner
@@ -122,6 +124,19 @@ class NodeState:
         except (OSError, ValueError, KeyError):
             return None
 
+    @contextmanager
+    def lock(self) -> Iterator[None]:
+        """Prolog, epilog and restore change devices and owner files one at a time."""
+        with open(self.dir / ".lock", "w") as f:
+            fcntl.flock(f, fcntl.LOCK_EX)
+            yield
+
+    def owner_age(self, kind: str, index: int) -> float:
+        try:
+            return time.time() - self.owner_file(kind, index).stat().st_mtime
+        except OSError:
+            return float("inf")
+
     def owners(self) -> dict[tuple[str, int], str]:
         out = {}
         for f in self.dir.glob("dev-*.json"):
@@ -213,7 +228,17 @@ def prolog(cfg: AgentConfig, job_id: str, node: str) -> dict[str, Any]:
     infos = {d.index: d for d in dev.devices()}
     policy, why = resolve(cfg, requested_policy(job.admin_comment), job)
     record.update(policy=policy.name if policy else None, auto_rule=why)
-    for kind, indices in job.devices.items():
+    with st.lock():
+        _apply_all(dev, st, job_id, job.devices, infos, policy, record)
+    write_json(st.job_file(job_id), record)
+    log.info("prolog job %s on %s: policy %s, %d devices, %.0f ms", job_id, node,
+             record.get("policy"), len(record["devices"]), (time.monotonic() - t0) * 1000)
+    return record
+
+
+def _apply_all(dev: DeviceLayer, st: NodeState, job_id: str, devices: dict[str, list[int]],
+               infos: dict[int, DeviceInfo], policy: EnergyPolicy | None, record: dict[str, Any]) -> None:
+    for kind, indices in devices.items():
         for i in indices:
             previous = st.owner(kind, i)
             if previous and previous != job_id:  # its job is gone: Slurm gave us the device
@@ -233,10 +258,6 @@ def prolog(cfg: AgentConfig, job_id: str, node: str) -> dict[str, Any]:
                 start = {}
             record["devices"].append({"kind": kind, "idx": i, "t": time.time(), "applied": applied,
                                       "default_w": default_w, **start})
-    write_json(st.job_file(job_id), record)
-    log.info("prolog job %s on %s: policy %s, %d devices, %.0f ms", job_id, node,
-             record.get("policy"), len(record["devices"]), (time.monotonic() - t0) * 1000)
-    return record
 
 
 def epilog(cfg: AgentConfig, job_id: str, node: str) -> dict[str, Any] | None:
@@ -259,8 +280,9 @@ def epilog(cfg: AgentConfig, job_id: str, node: str) -> dict[str, Any] | None:
                 log.info("%s%d: no reading: %s", kind, i, e)
                 end = None
             per_device.append(device_figures(d, end, dev.mean_util(i, d["t"]), time.time()))
-            if st.owner(kind, i) == job_id:
-                restore_device(dev, st, kind, i)
+            with st.lock():
+                if st.owner(kind, i) == job_id:
+                    restore_device(dev, st, kind, i)
     summary = summarize(record, per_device)
     if per_device:
         append_history(cfg, record, summary)
@@ -278,19 +300,22 @@ def device_figures(start: dict[str, Any], end: Reading | None, sampled_util: flo
     The prolog and the epilog see the device before and after the job, so instantaneous
     readings say nothing about the job: without an energy counter (NVML, amdsmi, or the
     one `node sample` keeps) there is no energy, and utilisation comes from the sampler's
-    busy-seconds or the backend's own samples, else it is not reported (None)."""
+    busy-seconds or the backend's own samples (NVML keeps only the last ~20 s of them),
+    else it is not reported (None)."""
     secs = max(now - start["t"], 1e-3)
     row: dict[str, Any] = {"kind": start["kind"], "idx": start["idx"], "s": round(secs, 3)}
-    if end is not None and end.energy_j is not None and start.get("energy_j") is not None:
-        row["energy_j"] = round(end.energy_j - start["energy_j"], 1)
-        row["power_w"] = round(row["energy_j"] / secs, 1)
-        if start.get("default_w"):
-            row["power_frac"] = round(row["power_w"] / start["default_w"], 3)
-    util = sampled_util
+    util, covered = sampled_util, None
     if end is not None and end.busy_s is not None and start.get("busy_s") is not None:
         covered = (end.covered_s or 0.0) - (start.get("covered_s") or 0.0)
         row["coverage"] = round(min(1.0, covered / secs), 3)  # the share the sampler saw
         util = (end.busy_s - start["busy_s"]) / covered if covered > 0 else None
+    if end is not None and end.energy_j is not None and start.get("energy_j") is not None:
+        row["energy_j"] = round(end.energy_j - start["energy_j"], 1)
+        # The sampler's energy covers only the seconds it saw: its mean power is over those.
+        over = covered if end.energy_sampled and covered else secs
+        row["power_w"] = round(row["energy_j"] / over, 1)
+        if start.get("default_w"):
+            row["power_frac"] = round(row["power_w"] / start["default_w"], 3)
     row["util"] = round(util, 3) if util is not None else None
     return row
 
@@ -333,8 +358,9 @@ def update_comment(job_id: str, node: str, summary: dict[str, Any]) -> None:
     database has. The nodes of a multi-node job end together and each writes the whole
     comment (sacctmgr has no compare-and-set), so a node that read before another wrote
     can drop that node's entry: each node waits longer than a read-and-write takes, reads
-    again and writes again while its own entry is missing. Its own write can still erase an
-    entry that landed after its read; that node then sees it missing and writes again."""
+    again and writes again while its own entry is missing. This narrows the window, it does
+    not close it: a node whose read-and-write is much slower than another's wait can still
+    erase that node's entry after the other has checked (best effort; no single writer)."""
     try:
         view: JobView | None = job_view(job_id, node)
     except RuntimeFailure:
@@ -390,11 +416,16 @@ def holds_devices(rec: dict[str, str] | None, node: str, has_steps: bool, now: f
 
 
 def job_record(job_id: str) -> dict[str, str] | None:
-    """slurmctld's record of a job, None once it has forgotten it."""
+    """slurmctld's record of a job, None once it has forgotten it. Any other failure (no
+    answer from slurmctld) raises: "cannot tell" must never read as "the job is gone"."""
     from slurm_hetero.slurm.parse import parse_kv_record
 
     r = SLURM.run(["scontrol", "show", "job", job_id], check=False)
-    return parse_kv_record(r.stdout) if r.returncode == 0 and r.stdout.strip() else None
+    if r.returncode == 0 and r.stdout.strip():
+        return parse_kv_record(r.stdout)
+    if "Invalid job id" in r.stderr:
+        return None
+    raise RuntimeFailure(f"scontrol show job {job_id}: {r.stderr.strip() or f'exit {r.returncode}'}")
 
 
 def job_holds_devices(job_id: str, node: str) -> bool:
@@ -409,7 +440,7 @@ def job_gone(job_id: str) -> bool:
 
 
 def restore(cfg: AgentConfig, node: str, alive: Callable[[str], bool] | None,
-            gone: Callable[[str], bool] | None = None) -> list[str]:
+            gone: Callable[[str], bool] | None = None, grace_s: float = LAUNCH_GRACE_S) -> list[str]:
     """Restore devices whose job no longer holds them (every device if alive is None), and
     drop the records of jobs that are gone (default: not alive) and so get no epilog."""
     spec = cfg.devices_for(node)
@@ -417,17 +448,30 @@ def restore(cfg: AgentConfig, node: str, alive: Callable[[str], bool] | None,
     done: list[str] = []
     if spec is not None:
         dev = open_devices(spec, st.dir)
+        # Slurm is asked outside the lock (seconds); under it, a device is reset only if the
+        # same job still owns it and its prolog is not a moment ago (a new job starting).
         targets = ({(d.kind, d.index): "" for d in dev.devices()} if alive is None
                    else {k: j for k, j in st.owners().items() if not alive(j)})
-        for (kind, i), job in sorted(targets.items()):
-            restore_device(dev, st, kind, i)
-            done.append(f"{kind}{i}" + (f" (job {job})" if job else ""))
+        with st.lock():
+            for (kind, i), job in sorted(targets.items()):
+                if job and (st.owner(kind, i) != job or st.owner_age(kind, i) < grace_s):
+                    continue
+                restore_device(dev, st, kind, i)
+                done.append(f"{kind}{i}" + (f" (job {job})" if job else ""))
     if alive is not None:
         gone = gone or (lambda job: not alive(job))
         for f in st.dir.glob("job-*.json"):
-            if gone(f.stem[4:]):
+            if _holds_any(f) and gone(f.stem[4:]):
                 f.unlink(missing_ok=True)
     return done
+
+
+def _holds_any(job_file: Path) -> bool:
+    """A prolog record with devices (records of CPU-only jobs change nothing on the node)."""
+    try:
+        return bool(json.loads(job_file.read_text()).get("devices"))
+    except (OSError, ValueError):
+        return False
 
 
 # ---- entry points for Slurm (no arguments: Slurm passes everything in the environment) ---
@@ -440,7 +484,10 @@ def _entry(which: str) -> int:
         cfg.state_dir.mkdir(parents=True, exist_ok=True)
         logging.basicConfig(filename=str(cfg.state_dir / "agent.log"), level=logging.INFO,
                             format="%(asctime)s %(levelname)s %(message)s")
-        if which == "restore" and node:
+        if which == "restore":
+            if not node:
+                log.warning("restore: no SLURMD_NODENAME (run it as Slurm's HealthCheckProgram)")
+                return 0
             done = restore(cfg, node, lambda job: job_holds_devices(job, node), job_gone)
             if done:
                 log.info("restore on %s: %s", node, ", ".join(done))

@@ -6,7 +6,10 @@ Units follow amdsmi.h: power caps in microwatts, the energy accumulator in ticks
 `counter_resolution` microjoules, socket power in watts, VRAM size in MiB.
 "Clock level" maps to amdsmi's performance levels: low = AMDSMI_DEV_PERF_LEVEL_LOW,
 high/default = AUTO (the driver's own DVFS), medium or a number = a GFX clock range with
-that ceiling. This backend was written against amdsmi's documented interface (ROCm 6.x/7.x)
+that ceiling (amdsmi_set_gpu_clk_range; newer ROCm prefers amdsmi_set_gpu_clk_limit).
+Reset = perf level AUTO and the default cap, as `amd-smi reset --clocks` does; that AUTO
+also drops a set clock range is the driver's behaviour, assumed here, not seen.
+This backend was written against amdsmi's documented interface (ROCm 6.x/7.x)
 and tested with a stand-in module: this machine has no AMD GPU.
 """
 
@@ -70,7 +73,8 @@ class AmdSmiDevices:
             for label, kind in (("sm", smi.AmdSmiClkType.GFX), ("mem", smi.AmdSmiClkType.MEM)):
                 try:
                     c = smi.amdsmi_get_clock_info(h, kind)
-                    clocks[label], clocks[f"{label}_max"] = int(_num(c["clk"])), int(_num(c["max_clk"]))
+                    clocks[label] = int(_num(c.get("clk")))
+                    clocks[f"{label}_max"] = int(_num(c.get("max_clk")))
                 except smi.AmdSmiException:
                     pass
             out.append(DeviceInfo(
@@ -99,7 +103,8 @@ class AmdSmiDevices:
         e = self._call("energy counter", self.smi.amdsmi_get_energy_count, h)
         # ROCm 6.0-6.3 name the accumulator "power"; 6.4 and later "energy_accumulator".
         ticks = e.get("energy_accumulator", e.get("power"))
-        energy = _num(ticks) * float(e["counter_resolution"]) / 1e6 if _is_num(ticks) else None
+        res = e.get("counter_resolution")
+        energy = _num(ticks) * _num(res) / 1e6 if _is_num(ticks) and _is_num(res) else None
         p = self._call("power", self.smi.amdsmi_get_power_info, h)
         # MI300 reports only the average; older parts the current socket power.
         power = next((_num(p[k]) for k in ("socket_power", "current_socket_power", "average_socket_power")
@@ -122,7 +127,9 @@ class AmdSmiDevices:
             self._call("perf level", smi.amdsmi_set_gpu_perf_level, h, smi.AmdSmiDevPerfLevel.LOW)
         else:
             c = self._call("clock info", smi.amdsmi_get_clock_info, h, smi.AmdSmiClkType.GFX)
-            lo, hi = int(_num(c["min_clk"])), int(_num(c["max_clk"]))
+            lo, hi = int(_num(c.get("min_clk"))), int(_num(c.get("max_clk")))
+            if hi <= 0:
+                raise ControlUnsupported("clock range: amdsmi reports no GFX clock range")
             top = int(level) if level.isdigit() else (lo + hi) // 2
             self._call("clock range", smi.amdsmi_set_gpu_clk_range, h, lo, max(lo, min(top, hi)),
                        smi.AmdSmiClkType.GFX)
@@ -135,8 +142,9 @@ class AmdSmiDevices:
 
         def default_cap() -> None:
             cap = self._call("power cap info", smi.amdsmi_get_power_cap_info, h)
-            if _num(cap.get("default_power_cap")) > 0:
-                self._call("power cap", smi.amdsmi_set_power_cap, h, 0, int(_num(cap["default_power_cap"])))
+            if _num(cap.get("default_power_cap")) <= 0:
+                raise ControlUnsupported("power cap: amdsmi reports no default cap to restore")
+            self._call("power cap", smi.amdsmi_set_power_cap, h, 0, int(_num(cap["default_power_cap"])))
 
         # Both steps, even when one fails: amd-smi's own clock reset is "perf level auto".
         reset_each([lambda: self._call("perf level", smi.amdsmi_set_gpu_perf_level, h,

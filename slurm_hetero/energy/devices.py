@@ -44,6 +44,7 @@ class Reading:
     # (energy/sampler.py): seconds-busy (integral of util) and seconds measured.
     busy_s: float | None = None
     covered_s: float | None = None
+    energy_sampled: bool = False  # energy_j is the sampler's (over covered_s), not the device's
 
 
 class DeviceLayer(Protocol):

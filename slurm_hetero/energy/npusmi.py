@@ -2,7 +2,8 @@
 
 The parser is tested on output written from the vendor documentation's table format
 (tests/data/npu), not captured on real hardware: this machine has no NPU. npu-smi gives
-instantaneous power but no energy counter, so the agent integrates start/end power.
+instantaneous power and AI-core use but no counters: nodes run `node sample`, which
+integrates them (energy/sampler.py), and the agent opens them as `sampled:npu-smi`.
 A power-mode control is not exposed through a documented, stable npu-smi command we can
 rely on across driver versions: it raises ControlUnsupported (the agent logs and goes on).
 """
@@ -67,12 +68,22 @@ def _int(text: str) -> int | None:
 class NpuSmiDevices:
     name = "npu-smi"
 
+    def __init__(self) -> None:
+        self._cache: tuple[float, list[NpuRow]] = (0.0, [])
+
     def _rows(self) -> list[NpuRow]:
+        # One `npu-smi info` lists every NPU: a sampler round or an epilog reading several
+        # devices asks once, not once per device.
+        t, rows = self._cache
+        if time.monotonic() - t < 0.5:
+            return rows
         exe = shutil.which("npu-smi")
         if exe is None:
             return []
         out = subprocess.run([exe, "info"], capture_output=True, text=True, timeout=10, check=False)
-        return parse_npu_smi_info(out.stdout) if out.returncode == 0 else []
+        rows = parse_npu_smi_info(out.stdout) if out.returncode == 0 else []
+        self._cache = (time.monotonic(), rows)
+        return rows
 
     def devices(self) -> list[DeviceInfo]:
         return [DeviceInfo(index=i, kind="npu", name=r.name, memory_mib=r.hbm_total_mib,
@@ -83,7 +94,9 @@ class NpuSmiDevices:
         if index >= len(rows):
             raise ControlUnsupported(f"npu {index}: not listed by npu-smi")
         r = rows[index]
-        return Reading(energy_j=None, power_w=r.power_w or 0.0, util=(r.aicore_pct or 0) / 100,
+        if r.power_w is None:  # "-": no reading now, which is not 0 W
+            raise ControlUnsupported(f"npu {index}: npu-smi shows no power")
+        return Reading(energy_j=None, power_w=r.power_w, util=(r.aicore_pct or 0) / 100,
                        timestamp=time.time())
 
     def mean_util(self, index: int, since: float) -> float | None:

@@ -116,8 +116,11 @@ class AutoRule:
             of = " of the limit" if i else ""
             if mean < below:
                 return "efficiency", f"{label} {mean:.2f}{of} < {below} over {len(values)} runs"
-            seen.append(f"{label} {mean:.2f}{of} >= {below}")
-        return "balanced", ", ".join(seen) + f" over {len(recent)} runs"
+            seen.append(f"{label} {mean:.2f}{of} >= {below} over {len(values)} runs")
+        if not seen:
+            return "balanced", (f"no figure measured in {self.min_jobs} of the last {len(recent)} "
+                                "runs: balanced")
+        return "balanced", ", ".join(seen)
 
 
 def policy_table(policies: Iterable[EnergyPolicy]) -> dict[str, EnergyPolicy]:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import signal
 import tempfile
 import time
 from collections.abc import Callable
@@ -36,11 +37,14 @@ COUNTERS = "samples.json"
 
 
 def sample_once(dev: DeviceLayer, path: Path, now: float, max_gap: float) -> dict[str, Any]:
-    """Read every device once and advance its counters to `now`."""
+    """Read every device once and advance its counters to `now`. A device without a
+    reading this round is skipped (not counted as 0 W); the next round bridges the gap if
+    it is under max_gap."""
     try:
         state: dict[str, Any] = json.loads(path.read_text())
     except (OSError, ValueError):
         state = {"devices": {}}
+    state["max_gap"] = max_gap  # readers call counters older than this stale
     counters = state.setdefault("devices", {})
     for info in dev.devices():
         try:
@@ -70,24 +74,36 @@ def run(dev: DeviceLayer, path: Path, every: float, stop: Callable[[], bool]) ->
         time.sleep(max(0.0, every - (time.time() - t0)))
 
 
-def serve(cfg: AgentConfig, node: str, every: float, stop: Callable[[], bool]) -> None:
-    """`node sample`: the counters of this node's sampled backend, in its agent state."""
+def serve(cfg: AgentConfig, node: str, every: float, stop: Callable[[], bool] | None = None,
+          pidfile: Path | None = None) -> None:
+    """`node sample`: the counters of this node's sampled backend, in its agent state,
+    until stop() (default: until SIGTERM)."""
     from slurm_hetero.energy.agent import NodeState
     from slurm_hetero.energy.devices import open_devices
 
     spec = cfg.devices_for(node)
     if spec is None or not spec.startswith("sampled:"):
         raise InputError(f"node {node}: the agent config gives it {spec or 'no devices'}, "
-                         "not a sampled: backend; nothing to sample")
+                         "not a sampled: backend; nothing to sample (is --node Slurm's NodeName?)")
+    if stop is None:
+        stopping: list[bool] = []
+        signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
+        stop = lambda: bool(stopping)  # noqa: E731
+    if pidfile:
+        pidfile.write_text(f"{os.getpid()}\n")
     log.info("sampling %s on %s every %.1f s", spec, node, every)
-    run(open_devices(spec.removeprefix("sampled:")), NodeState(cfg, node).dir / COUNTERS, every, stop)
+    try:
+        run(open_devices(spec.removeprefix("sampled:")), NodeState(cfg, node).dir / COUNTERS, every, stop)
+    finally:
+        if pidfile:
+            pidfile.unlink(missing_ok=True)
 
 
 class SampledDevices:
     """A backend plus the counters its sampler keeps; controls go to the backend."""
 
-    def __init__(self, inner: DeviceLayer, state_dir: Path, stale_s: float = 10.0):
-        self.inner, self.path, self.stale_s = inner, state_dir / COUNTERS, stale_s
+    def __init__(self, inner: DeviceLayer, state_dir: Path):
+        self.inner, self.path = inner, state_dir / COUNTERS
         self.name = f"sampled:{inner.name}"
 
     def devices(self) -> list[DeviceInfo]:
@@ -100,17 +116,22 @@ class SampledDevices:
             return r
         # Carry the counters forward from the last sample with the last figures, so that a
         # job's start and end fall between samples without losing up to `every` seconds.
+        # A device with its own energy counter (sampled:nvml, for whole-job utilisation)
+        # keeps it: the sampler's is the estimate.
         ahead = max(0.0, r.timestamp - c["t"])
-        return Reading(energy_j=c["energy_j"] + c["power_w"] * ahead, power_w=r.power_w,
-                       util=r.util, timestamp=r.timestamp,
-                       busy_s=c["busy_s"] + c["util"] * ahead, covered_s=c["covered_s"] + ahead)
+        own = r.energy_j is not None
+        return Reading(energy_j=r.energy_j if own else c["energy_j"] + c["power_w"] * ahead,
+                       power_w=r.power_w, util=r.util, timestamp=r.timestamp,
+                       busy_s=c["busy_s"] + c["util"] * ahead, covered_s=c["covered_s"] + ahead,
+                       energy_sampled=not own)
 
     def _counters(self, index: int, now: float) -> dict[str, Any] | None:
         try:
-            c: dict[str, Any] = json.loads(self.path.read_text())["devices"][str(index)]
+            state = json.loads(self.path.read_text())
+            c: dict[str, Any] = state["devices"][str(index)]
         except (OSError, ValueError, KeyError):
             return None
-        if now - c["t"] > self.stale_s:
+        if now - c["t"] > max(10.0, float(state.get("max_gap", 0))):
             log.warning("device %d: counters %.0f s old: is `node sample` running?", index, now - c["t"])
             return None
         return c

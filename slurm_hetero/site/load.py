@@ -319,7 +319,7 @@ class _Builder:
     def energy(self) -> tuple[tuple[EnergyPolicy, ...], AutoRule]:
         items = self.data.get("energy_policies")
         if not items:
-            return DEFAULT_POLICIES, AutoRule(**(self.data.get("energy_auto") or {}))
+            return DEFAULT_POLICIES, self.auto_rule(DEFAULT_POLICIES)
         policies, seen = [], set()
         for i, p in enumerate(items):
             if p["name"] in seen:
@@ -334,7 +334,26 @@ class _Builder:
         if "auto" in seen and not {"efficiency", "balanced"} <= seen:
             self.err(("energy_policies",), "policy 'auto' needs policies 'efficiency' and 'balanced'",
                      "auto picks one of them per job")
-        return tuple(policies), AutoRule(**(self.data.get("energy_auto") or {}))
+        return tuple(policies), self.auto_rule(tuple(policies))
+
+    def auto_rule(self, policies: tuple[EnergyPolicy, ...]) -> AutoRule:
+        rule = AutoRule(**(self.data.get("energy_auto") or {}))
+        eff = next((p for p in policies if p.name == "efficiency"), None)
+        if eff and eff.gpu_power_cap:
+            value, unit = parse_power_cap(eff.gpu_power_cap)
+            if unit == "%" and rule.power_below >= value / 100:
+                self.err(("energy_auto", "power_below"),
+                         f"power_below {rule.power_below} is not under efficiency's cap ({value:g}%)",
+                         "a compute-bound job held at that cap would read as low-power and stay "
+                         "in efficiency for good")
+        return rule
+
+    def node_agent(self) -> NodeAgent:
+        agent = NodeAgent(**(self.data.get("node_agent") or {}))
+        if agent.health_check and not agent.restore_interval:
+            self.err(("node_agent", "health_check"), "a health check needs restore_interval above 0",
+                     "restore_interval is Slurm's HealthCheckInterval; 0 wires no HealthCheckProgram")
+        return agent
 
     def _quantity(self, parse: Any, value: Any, path: Path_) -> float | int | None:
         try:
@@ -365,6 +384,7 @@ def load_site_text(text: str, source: str = "<site>", path: Path | None = None) 
     qos, default_qos = b.qos()
     groups = b.node_groups(models, {p.name for p in partitions})
     policies, auto = b.energy()
+    node_agent = b.node_agent()
     images, containers, groups = load_containers(data, groups, b.err)  # containers (issue 6)
     if b.problems:
         raise SiteError(source, [p.format(source, positions) for p in b.problems])
@@ -372,7 +392,7 @@ def load_site_text(text: str, source: str = "<site>", path: Path | None = None) 
     return Site(name=data["name"], path=path, description=data.get("description", ""),
                 catalog=models, normalization=norm, node_groups=groups, partitions=partitions,
                 qos=qos, default_qos=default_qos, billing=billing, energy_policies=policies,
-                energy_auto=auto, node_agent=NodeAgent(**(data.get("node_agent") or {})),
+                energy_auto=auto, node_agent=node_agent,
                 images=images, containers=containers)
 
 

@@ -34,8 +34,11 @@ def test_role_deploys_and_verifies(cluster: Cluster, tmp_path: Path) -> None:
     r = deploy(cluster, dest, tmp_path, slurm_hetero_sampler=True, slurm_hetero_systemd_dir=str(units))
     assert r.returncode == 0, r.stdout[-3000:]
     for name in ("slurm.conf", "gres.conf", "cgroup.conf", "plugstack.conf", "job_submit.lua",
-                 "hetero-agent.json"):
+                 "hetero-agent.json", "oci.conf", "hetero-containers.json", "hetero-taskprolog",
+                 "hetero-healthcheck"):
         assert (dest / name).read_text() == (cluster.etc / name).read_text(), name
+    for script in ("hetero-taskprolog", "hetero-healthcheck"):  # what slurm.conf runs
+        assert (dest / script).stat().st_mode & 0o777 == 0o755, script
     assert "Slurm sees the accelerators the configuration declares" in r.stdout
     # The sampler's unit is installed; starting it needs systemd, which this machine lacks.
     unit = (units / "hetero-sampler.service").read_text()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,7 @@ from slurm_hetero.energy.devices import open_devices
 from slurm_hetero.energy.fake import FakeDevices
 from slurm_hetero.energy.npusmi import parse_npu_smi_info
 from slurm_hetero.energy.policies import DEFAULT_POLICIES, AutoRule, EnergyPolicy, parse_power_cap
-from slurm_hetero.errors import InputError
+from slurm_hetero.errors import InputError, RuntimeFailure
 from slurm_hetero.site import load_site, load_site_text
 from slurm_hetero.site.load import SiteError
 
@@ -31,7 +32,8 @@ DEMO = ROOT / "site" / "demo" / "site.yaml"
     ([(0.1, 0.1)], "balanced", "1 past runs < 2: balanced"),
     ([(0.2, None), (0.3, None)], "efficiency", "mean accelerator use 0.25 < 0.5 over 2 runs"),
     ([(0.9, 0.9), (0.8, 0.7)], "balanced",
-     "mean accelerator use 0.85 >= 0.5, mean power 0.80 of the limit >= 0.5 over 2 runs"),
+     "mean accelerator use 0.85 >= 0.5 over 2 runs, mean power 0.80 of the limit >= 0.5 over 2 runs"),
+    ([(0.2, None), (None, 0.3)], "balanced", "no figure measured in 2 of the last 2 runs: balanced"),
     # memory-bound: the units look busy, the power draw says otherwise
     ([(0.95, 0.40), (0.9, 0.44)], "efficiency", "mean power 0.42 of the limit < 0.5 over 2 runs"),
     ([(0.9, 0.9)] * 10 + [(0.1, 0.1)] * 5, "efficiency",  # only the last `window` runs count
@@ -144,6 +146,7 @@ def test_policy_applied_to_allocated_devices_only_then_restored(cfg: agent.Agent
     assert [dev.state(i)["limit_w"] for i in range(8)] == [700, 700, 420, 700, 700, 420, 700, 700]
     assert dev.state(2)["clock_level"] == "medium" and dev.state(3)["clock_level"] == "default"
     assert rec["policy"] == "efficiency" and rec["devices"][0]["applied"] == ["cap 420W", "clocks medium"]
+    time.sleep(0.5)  # a job long enough that the readings' few ms of skew do not matter
     summary = agent.epilog(cfg, "1", "g01")
     assert summary and summary["policy"] == "efficiency" and summary["energy_j"] > 0
     assert [d["idx"] for d in summary["devices"]] == [2, 5]
@@ -188,8 +191,15 @@ def test_crash_between_prolog_and_epilog_is_repaired(cfg: agent.AgentConfig, job
     # `node restore` repairs without waiting for a next job, and drops stale records.
     jobs["22"] = view("22", "efficiency", [4])
     agent.prolog(cfg, "22", "g01")
-    assert agent.restore(cfg, "g01", alive=lambda job: False) == ["gpu4 (job 22)"]
-    assert dev.state(4)["limit_w"] == 700
+    # A prolog a moment ago: its batch step may not run yet; restore leaves it.
+    assert agent.restore(cfg, "g01", alive=lambda job: False, gone=lambda job: False) == []
+    assert dev.state(4)["limit_w"] == 420
+    # Slurm still runs the job (no epilog yet): its record stays for the epilog.
+    assert agent.restore(cfg, "g01", alive=lambda job: False, gone=lambda job: False, grace_s=0) == [
+        "gpu4 (job 22)"]
+    assert dev.state(4)["limit_w"] == 700 and (cfg.state_dir / "g01" / "job-22.json").exists()
+    # slurmctld has forgotten the job (node crash): no epilog will come, the record goes.
+    agent.restore(cfg, "g01", alive=lambda job: False, grace_s=0)
     assert not list((cfg.state_dir / "g01").glob("job-*.json"))
 
 
@@ -249,3 +259,52 @@ def test_health_check_wiring_from_the_site() -> None:
     with pytest.raises(SiteError) as e:
         load_site_text(DEMO.read_text() + "node_agent: {health_check: 'nhc; reboot'}\n", "site.yaml")
     assert "node_agent.health_check" in "\n".join(e.value.lines)
+
+
+class ScriptedSlurm:
+    """Stand-in for the agent's Runner: answers by the command's first words."""
+
+    def __init__(self, answers: dict[str, tuple[int, str, str]]) -> None:
+        self.answers = answers
+        self.calls: list[list[str]] = []
+
+    def run(self, argv: list[str], check: bool = True, **_: Any) -> subprocess.CompletedProcess[str]:
+        self.calls.append(argv)
+        rc, out, err = self.answers[" ".join(argv[:2])]
+        return subprocess.CompletedProcess(argv, rc, out, err)
+
+
+def test_cannot_tell_is_not_gone(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(agent, "SLURM", ScriptedSlurm({"scontrol show": (
+        1, "", "slurm_load_jobs error: Unable to contact slurm controller (connect failure)")}))
+    with pytest.raises(RuntimeFailure, match="Unable to contact"):
+        agent.job_gone("7")
+    monkeypatch.setattr(agent, "SLURM", ScriptedSlurm({"scontrol show": (
+        1, "", "slurm_load_jobs error: Invalid job id specified")}))
+    assert agent.job_gone("7")
+
+
+def test_multinode_comment_written_again_when_another_node_dropped_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Node n2 read before n1 wrote, then wrote over n1's entry: n1 sees that and writes again."""
+    db = {"comment": ""}
+    writes: list[str] = []
+
+    class Db(ScriptedSlurm):
+        def run(self, argv: list[str], check: bool = True, **_: Any) -> subprocess.CompletedProcess[str]:
+            self.calls.append(argv)
+            if argv[0] == "sacct":
+                return subprocess.CompletedProcess(argv, 0, db["comment"].replace('"', "`") + "\n", "")
+            value = argv[-1].removeprefix("AdminComment=")
+            writes.append(value)
+            db["comment"] = value
+            if len(writes) == 1:  # n2's stale write lands right after n1's first one
+                db["comment"] = merge_comment('{"hetero":1}', {"node_energy": {"n2": {"energy_j": 2}}})
+            return subprocess.CompletedProcess(argv, 0, "", "")
+
+    monkeypatch.setattr(agent, "SLURM", Db({}))
+    monkeypatch.setattr(agent, "job_view", lambda job_id, node: agent.JobView(
+        job_id, "alice", "train", '{"hetero":1}', {"gpu": [0]}, num_nodes=2))
+    monkeypatch.setattr(agent.time, "sleep", lambda s: None)
+    agent.update_comment("9", "n1", {"energy_j": 1})
+    assert len(writes) == 2
+    assert parse_comment(db["comment"])["node_energy"] == {"n1": {"energy_j": 1}, "n2": {"energy_j": 2}}

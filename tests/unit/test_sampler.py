@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from slurm_hetero.energy import agent
-from slurm_hetero.energy.devices import DeviceInfo, Reading, open_devices
+from slurm_hetero.energy.devices import ControlUnsupported, DeviceInfo, Reading, open_devices
 from slurm_hetero.energy.fake import FakeDevices
-from slurm_hetero.energy.sampler import COUNTERS, SampledDevices, sample_once, serve
+from slurm_hetero.energy.sampler import COUNTERS, SampledDevices, run, sample_once, serve
 from slurm_hetero.errors import InputError
 
 
@@ -62,7 +62,7 @@ def test_readings_carry_counters_forward_and_go_stale(tmp_path: Path) -> None:
     dev = Scripted()
     sample_once(dev, tmp_path / COUNTERS, 1000.0, max_gap=5)
     sample_once(dev, tmp_path / COUNTERS, 1001.0, max_gap=5)
-    layer = SampledDevices(dev, tmp_path, stale_s=10)
+    layer = SampledDevices(dev, tmp_path)  # stale after max(10 s, the sampler's max_gap)
     dev.now = 1001.5  # half a period after the last sample: extrapolated at the last figures
     r = layer.read(0)
     assert (r.energy_j, r.busy_s, r.covered_s) == (150.0, 0.75, 1.5)
@@ -107,3 +107,42 @@ def test_serve_meters_a_counterless_fake_and_the_agent_reads_it(tmp_path: Path,
     assert r.busy_s == pytest.approx(0.5 * r.covered_s)
     with pytest.raises(InputError, match="not a sampled: backend"):
         serve(cfg, "n02", 0.1, lambda: True)
+
+
+def test_a_round_without_a_reading_is_skipped_not_counted_as_zero(tmp_path: Path) -> None:
+    class Flaky(Scripted):
+        fail = False
+
+        def read(self, index: int) -> Reading:
+            if self.fail:
+                raise ControlUnsupported("npu 0: npu-smi shows no power")
+            return super().read(index)
+
+    dev, path = Flaky(), tmp_path / COUNTERS
+    sample_once(dev, path, 1000.0, max_gap=5)
+    dev.fail = True
+    sample_once(dev, path, 1001.0, max_gap=5)  # nothing integrated, nothing at 0 W
+    assert counters(path)["covered_s"] == 0.0
+    dev.fail = False
+    sample_once(dev, path, 1002.0, max_gap=5)  # the gap (2 s < max_gap) is bridged
+    assert (counters(path)["energy_j"], counters(path)["covered_s"]) == (200.0, 2.0)
+
+
+def test_run_survives_a_failing_round(tmp_path: Path) -> None:
+    class Broken(Scripted):
+        calls = 0
+
+        def devices(self) -> list[DeviceInfo]:
+            self.calls += 1
+            if self.calls == 1:
+                raise RuntimeError("driver hiccup")
+            return super().devices()
+
+    dev, rounds = Broken(), []
+
+    def stop() -> bool:
+        rounds.append(1)
+        return len(rounds) > 2
+
+    run(dev, tmp_path / COUNTERS, 0.01, stop)
+    assert dev.calls == 2 and (tmp_path / COUNTERS).exists()
