@@ -13,6 +13,7 @@ import os
 import shlex
 import shutil
 import tempfile
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -35,8 +36,9 @@ OUTPUTS += ("oci.conf", "hetero-containers.json", "hetero-taskprolog")
 OUTPUTS += ("hetero-sampler.service", "hetero-healthcheck")
 MODES = {"hetero-taskprolog": 0o755, "hetero-healthcheck": 0o755}  # besides write_files' 0644
 STACK_DEVICES = {"cuda": "nvml", "rocm": "amdsmi", "cann": "npu-smi"}
-# npu-smi reports power and use only "now": `node sample` keeps the counters (energy/sampler.py).
-SAMPLED_STACKS = {"cann"}
+# npu-smi reports power and use only "now": `node sample` keeps the counters (energy/sampler.py)
+# there, and wherever the site asks (node_agent.sample_stacks, e.g. cuda for whole-job use).
+COUNTERLESS_STACKS = frozenset({"cann"})
 
 
 @dataclass(frozen=True)
@@ -169,7 +171,8 @@ def _context(site: Site, profile: Profile) -> dict[str, object]:
         "health_check_interval": (site.node_agent.restore_interval
                                   if profile.health_check_interval is None
                                   else profile.health_check_interval),
-        "sampled_groups": [g.names for g in site.node_groups if is_sampled(g, profile.agent_devices)],
+        "sampled_groups": [g.names for g in site.node_groups
+                           if is_sampled(g, profile.agent_devices, site.node_agent.sample_stacks)],
         **bridge_context(site),
         **container_context(site, profile),
     }
@@ -218,7 +221,8 @@ def render_site(site: Site, profile: Profile | None = None) -> dict[str, str]:
 
 def agent_config(site: Site, profile: Profile) -> str:
     """The node agent's config, read from next to slurm.conf (Slurm gives Prolog SLURM_CONF)."""
-    groups = [{"nodes": g.names, "devices": devices_spec(g, profile.agent_devices)}
+    groups = [{"nodes": g.names,
+               "devices": devices_spec(g, profile.agent_devices, site.node_agent.sample_stacks)}
               for g in site.node_groups if g.accelerators]
     policies = {p.name: {k: v for k, v in asdict(p).items() if k != "name" and v}
                 for p in site.energy_policies}
@@ -227,18 +231,20 @@ def agent_config(site: Site, profile: Profile) -> str:
                        "policies": policies, "auto": asdict(site.energy_auto)}, indent=1) + "\n"
 
 
-def devices_spec(group: NodeGroup, override: str | None = None) -> str:
+def devices_spec(group: NodeGroup, override: str | None = None,
+                 sample_stacks: Iterable[str] = COUNTERLESS_STACKS) -> str:
     """The agent's device backend for a group's nodes (override: the dev cluster's fake,
     still sampled where the real backend would be)."""
     stacks = sorted({a.model.stack for a in group.accelerators})
     spec = override or next((STACK_DEVICES[s] for s in stacks if s in STACK_DEVICES), "none")
-    sampled = any(s in SAMPLED_STACKS for s in stacks)
+    sampled = any(s in set(sample_stacks) | COUNTERLESS_STACKS for s in stacks)
     return f"sampled:{spec}" if sampled and not spec.startswith("sampled:") else spec
 
 
-def is_sampled(group: NodeGroup, override: str | None = None) -> bool:
+def is_sampled(group: NodeGroup, override: str | None = None,
+               sample_stacks: Iterable[str] = COUNTERLESS_STACKS) -> bool:
     """Does the agent meter this group's devices through `node sample`?"""
-    return bool(group.accelerators) and devices_spec(group, override).startswith("sampled:")
+    return bool(group.accelerators) and devices_spec(group, override, sample_stacks).startswith("sampled:")
 
 
 def render_template(name: str, **ctx: object) -> str:

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import TypedDict
 
 from slurm_hetero.conf.render import (
+    COUNTERLESS_STACKS,
     Profile,
     device_paths,
     is_sampled,
@@ -173,7 +174,8 @@ class Cluster:
                 "ctld_port": ports[0], "dbd_port": ports[1], "db_port": ports[2],
                 "node_ports": dict(zip(nodes, ports[4:], strict=True)),
                 "model": str(model.resolve()) if model else self.info().get("model"),
-                "sampled_nodes": [n for g in site.node_groups if is_sampled(g, self.fake_devices)
+                "sampled_nodes": [n for g in site.node_groups
+                                  if is_sampled(g, self.fake_devices, site.node_agent.sample_stacks)
                                   for n in g.nodes]}
         write_files({"cluster.json": json.dumps(meta, indent=1)}, self.workdir)
         self._write_confs(site, meta)
@@ -263,7 +265,7 @@ class Cluster:
                     a = g.accelerators[0]
                     # Where the real backend has no counters (npu-smi), neither has the fake:
                     # `node sample` keeps them, as it would on the real node.
-                    counter = not is_sampled(g, self.fake_devices)
+                    counter = not any(x.model.stack in COUNTERLESS_STACKS for x in g.accelerators)
                     FakeDevices.create(fake, a.model.gres_name, a.count, a.model.id,
                                        default_w=a.model.tdp_watts,
                                        memory_mib=a.model.device_memory_mib, counter=counter)

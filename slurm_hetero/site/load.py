@@ -349,7 +349,8 @@ class _Builder:
         return rule
 
     def node_agent(self) -> NodeAgent:
-        agent = NodeAgent(**(self.data.get("node_agent") or {}))
+        d = dict(self.data.get("node_agent") or {})
+        agent = NodeAgent(**{**d, "sample_stacks": tuple(d.get("sample_stacks", ()))})
         if agent.health_check and not agent.restore_interval:
             self.err(("node_agent", "health_check"), "a health check needs restore_interval above 0",
                      "restore_interval is Slurm's HealthCheckInterval; 0 wires no HealthCheckProgram")

@@ -109,10 +109,14 @@ class Billing:
 @dataclass(frozen=True)
 class NodeAgent:
     """energy (issue 5): how often Slurm's HealthCheckProgram restores devices whose job
-    has no live slurmstepd (0: never), and the site's own health check to run after it."""
+    has no live slurmstepd (0: never), the site's own health check to run after it, and
+    which stacks' nodes are metered through `node sample`."""
 
     restore_interval: int = 300
     health_check: str | None = None
+    # Stacks whose nodes run `node sample` besides those whose backend has no counters
+    # (cann): e.g. cuda, for a whole-job utilisation instead of NVML's last ~20 s.
+    sample_stacks: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

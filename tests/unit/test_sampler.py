@@ -146,3 +146,30 @@ def test_run_survives_a_failing_round(tmp_path: Path) -> None:
 
     run(dev, tmp_path / COUNTERS, 0.01, stop)
     assert dev.calls == 2 and (tmp_path / COUNTERS).exists()
+
+
+def test_a_sampled_device_with_its_own_counter_keeps_it(tmp_path: Path) -> None:
+    """sampled:nvml: whole-job utilisation from the sampler, energy from the device."""
+    FakeDevices.create(tmp_path / "gpu.json", "gpu", 1, "h100", default_w=700, load=0.5)
+    inner = FakeDevices(tmp_path / "gpu.json")
+    sample_once(inner, tmp_path / COUNTERS, time.time() - 1, max_gap=5)
+    sample_once(inner, tmp_path / COUNTERS, time.time(), max_gap=5)
+    r = SampledDevices(inner, tmp_path).read(0)
+    assert not r.energy_sampled and r.energy_j == pytest.approx(inner.read(0).energy_j, abs=5)
+    assert r.busy_s is not None and r.covered_s is not None and r.busy_s == pytest.approx(0.5 * r.covered_s)
+
+
+def test_sites_choose_which_stacks_are_sampled() -> None:
+    from slurm_hetero.conf import render_site
+    from slurm_hetero.site import load_site_text
+    from tests.unit.test_energy import DEMO
+
+    def groups(extra: str) -> list[dict[str, str]]:
+        cfg = json.loads(render_site(load_site_text(DEMO.read_text() + extra, "site.yaml"))["hetero-agent.json"])
+        return list(cfg["groups"])
+
+    assert {"nodes": "h100-01", "devices": "nvml"} in groups("")
+    assert {"nodes": "npu-[01-02]", "devices": "sampled:npu-smi"} in groups("")  # no counters: always
+    chosen = groups("node_agent: {sample_stacks: [cuda]}\n")
+    assert {"nodes": "h100-01", "devices": "sampled:nvml"} in chosen
+    assert {"nodes": "npu-[01-02]", "devices": "sampled:npu-smi"} in chosen
