@@ -139,8 +139,9 @@ def test_restored_after_scancel(cluster: Cluster) -> None:
     jid = submit(cluster.runner, ["--accel=h100:1", "--energy=efficiency", "-o", "/dev/null"], "sleep 120")
     node, _, idx = devices_of(cluster, jid)
     assert fake_state(cluster, node, idx[0])["limit_w"] == 420.0
+    time.sleep(1)  # a cancel landing while the batch shell starts can wait out KillWait (30 s)
     cluster.runner.run(["scancel", str(jid)])
-    wait_restored(cluster, node, idx)
+    wait_restored(cluster, node, idx, timeout=45)
 
 
 def test_restored_after_slurmstepd_is_killed(cluster: Cluster) -> None:
