@@ -461,14 +461,17 @@ def restore(cfg: AgentConfig, node: str, alive: Callable[[str], bool] | None,
     if alive is not None:
         gone = gone or (lambda job: not alive(job))
         for f in st.dir.glob("job-*.json"):
-            if _holds_any(f) and gone(f.stem[4:]):
+            if _worth_asking(f) and gone(f.stem[4:]):
                 f.unlink(missing_ok=True)
     return done
 
 
-def _holds_any(job_file: Path) -> bool:
-    """A prolog record with devices (records of CPU-only jobs change nothing on the node)."""
+def _worth_asking(job_file: Path) -> bool:
+    """Ask Slurm about a record with devices; about a CPU-only job's (which changed nothing
+    here) only once it is a day old, so a node's many small jobs cost no calls per round."""
     try:
+        if time.time() - job_file.stat().st_mtime > 86400:
+            return True
         return bool(json.loads(job_file.read_text()).get("devices"))
     except (OSError, ValueError):
         return False
