@@ -23,6 +23,14 @@ from slurm_hetero.site.load import SiteError
 
 ROOT = Path(__file__).resolve().parents[2]
 DEMO = ROOT / "site" / "demo" / "site.yaml"
+DEMO_AGENT = "node_agent:\n  restore_interval: 300\n  sample_stacks: [cann]\n"
+
+
+def demo_with(node_agent: str) -> str:
+    """The demo site with its node_agent block replaced."""
+    text = DEMO.read_text()
+    assert DEMO_AGENT in text
+    return text.replace(DEMO_AGENT, node_agent)
 
 
 # ---- policies ---------------------------------------------------------------------------
@@ -250,14 +258,14 @@ def test_holds_devices_on_captured_job() -> None:
 
 
 def test_health_check_wiring_from_the_site() -> None:
-    chained = render_site(load_site_text(DEMO.read_text() + "node_agent: {restore_interval: 120, "
-                                         "health_check: /usr/sbin/nhc}\n", "site.yaml"))
+    chained = render_site(load_site_text(demo_with("node_agent: {restore_interval: 120, "
+                                                   "health_check: /usr/sbin/nhc}\n"), "site.yaml"))
     assert "HealthCheckInterval=120\n" in chained["slurm.conf"]
     assert chained["hetero-healthcheck"].rstrip().endswith("exec /usr/sbin/nhc")
-    off = render_site(load_site_text(DEMO.read_text() + "node_agent: {restore_interval: 0}\n", "site.yaml"))
+    off = render_site(load_site_text(demo_with("node_agent: {restore_interval: 0}\n"), "site.yaml"))
     assert "HealthCheck" not in off["slurm.conf"]
     with pytest.raises(SiteError) as e:
-        load_site_text(DEMO.read_text() + "node_agent: {health_check: 'nhc; reboot'}\n", "site.yaml")
+        load_site_text(demo_with("node_agent: {health_check: 'nhc; reboot'}\n"), "site.yaml")
     assert "node_agent.health_check" in "\n".join(e.value.lines)
 
 

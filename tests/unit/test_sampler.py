@@ -162,11 +162,11 @@ def test_a_sampled_device_with_its_own_counter_keeps_it(tmp_path: Path) -> None:
 def test_sites_choose_which_stacks_are_sampled() -> None:
     from slurm_hetero.conf import render_site
     from slurm_hetero.site import load_site_text
-    from tests.unit.test_energy import DEMO
+    from tests.unit.test_energy import demo_with
 
-    def groups(extra: str) -> list[dict[str, str]]:
-        cfg = json.loads(render_site(load_site_text(DEMO.read_text() + extra, "site.yaml"))["hetero-agent.json"])
-        return list(cfg["groups"])
+    def groups(node_agent: str) -> list[dict[str, str]]:
+        text = demo_with(node_agent)
+        return list(json.loads(render_site(load_site_text(text, "site.yaml"))["hetero-agent.json"])["groups"])
 
     assert {"nodes": "h100-01", "devices": "nvml"} in groups("")
     assert {"nodes": "npu-[01-02]", "devices": "sampled:npu-smi"} in groups("")  # no counters: always
