@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -15,11 +17,12 @@ ROOT = Path(__file__).resolve().parents[2]
 PLAYBOOK = ROOT / "ansible" / "playbooks" / "deploy.yml"
 
 
-def deploy(c: Cluster, dest: Path, tmp: Path, **more: object) -> subprocess.CompletedProcess[str]:
+def deploy(c: Cluster, dest: Path, tmp: Path, group: str = "slurm_controller", src: Path | None = None,
+           **more: object) -> subprocess.CompletedProcess[str]:
     inventory = tmp / "inventory"
-    inventory.write_text(f"[slurm_controller]\nlocalhost ansible_connection=local "
+    inventory.write_text(f"[{group}]\nlocalhost ansible_connection=local "
                          f"ansible_python_interpreter={sys.executable}\n")
-    extra = {"slurm_hetero_conf_src": str(c.etc), "slurm_hetero_conf_dir": str(dest),
+    extra = {"slurm_hetero_conf_src": str(src or c.etc), "slurm_hetero_conf_dir": str(dest),
              "slurm_hetero_slurm_conf_env": {"SLURM_CONF": str(c.conf)}, "ansible_become": False,
              **more}
     return subprocess.run(
@@ -45,6 +48,19 @@ def test_role_deploys_and_verifies(cluster: Cluster, tmp_path: Path) -> None:
     assert "node sample --every 1" in unit and "npu-[01-02]" in unit
     task = r.stdout.split("TASK [slurm_hetero : Device sampler running]")[1].split("TASK [")[0]
     assert "skipping: [localhost]" in task, task
+
+
+def test_compute_nodes_need_the_node_agent_installed(cluster: Cluster, tmp_path: Path) -> None:
+    r = deploy(cluster, tmp_path / "ok", tmp_path, group="slurm_compute")
+    assert r.returncode == 0, r.stdout[-3000:]  # the dev cluster's prolog/epilog exist here
+    src = tmp_path / "conf"
+    shutil.copytree(cluster.etc, src)
+    conf = (src / "slurm.conf").read_text()
+    (src / "slurm.conf").write_text(re.sub(r"(?m)^Prolog=.*$", "Prolog=/opt/missing/slurm-hetero-prolog", conf))
+    r = deploy(cluster, tmp_path / "bad", tmp_path, group="slurm_compute", src=src)
+    assert r.returncode != 0
+    assert "slurm.conf runs /opt/missing/slurm-hetero-prolog for every job" in r.stdout, r.stdout[-2000:]
+    assert not (tmp_path / "bad").exists()  # checked before anything is copied
 
 
 def test_role_fails_on_a_drained_node(cluster: Cluster, tmp_path: Path) -> None:
