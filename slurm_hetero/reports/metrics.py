@@ -340,6 +340,12 @@ def energy(d: Derived) -> Section:
         sec.notes.append("no energy recorded: neither the node agent's energy_j in the admin comment "
                          "nor Slurm's ConsumedEnergy")
         return sec
+    accel = np.nan_to_num(d.num("devices")) > 0
+    unmetered = int((accel & ~has).sum())
+    if unmetered:  # say it, rather than let the totals look complete
+        sec.notes.append(f"energy recorded for {int((accel & has).sum())} of {int(accel.sum())} "
+                         f"accelerator jobs: {unmetered} ran on nodes with no energy counter or "
+                         "sampler (or before the node agent)")
     run_h = np.nan_to_num(d.num("elapsed", has)) / 3600.0
     policy, model = d.text("policy", has), d.text("model", has)
     f = pd.DataFrame({

@@ -135,8 +135,13 @@ def test_energy_policy_comparison_and_per_unit_hour(cap: J.Capacity) -> None:
     rows = [job(1, 0, 1, name="train", policy="efficiency", energy_j=3.6e6),
             job(2, 0, 1.2, name="train", policy="efficiency", energy_j=3.6e6),
             job(3, 0, 0.8, name="train", policy="performance", energy_j=7.2e6),
-            job(4, 0, 1, name="other", policy="performance", energy_j=1.8e6)]
+            job(4, 0, 1, name="other", policy="performance", energy_j=1.8e6),
+            job(5, 0, 1, name="npu-job", model="ascend-910b", accel_class="ascend-910b"),  # unmetered
+            job(6, 0, 1, model="", accel_class="cpu", devices=0.0, units=0.0)]  # CPU: not counted
     rep = build_report(table(rows), cap, Period(T0, T0 + 4 * H, True, True), "t")
+    notes = next(s for s in rep.sections if s.key == "energy").notes
+    assert notes[0] == ("energy recorded for 4 of 5 accelerator jobs: 1 ran on nodes with no energy "
+                        "counter or sampler (or before the node agent)")
     pol = frame_of(rep, "energy_by_policy").set_index("policy")
     assert pol.loc["efficiency", "energy_kwh"] == pytest.approx(2.0)
     assert pol.loc["efficiency", "wh_per_unit_hour"] == pytest.approx(2000 / (2 * 2.2))
