@@ -26,7 +26,7 @@ from slurm_hetero.bridge.snapshot import take_snapshot
 from slurm_hetero.energy.comment import parse_comment
 from slurm_hetero.errors import RuntimeFailure
 from slurm_hetero.site.model import Site
-from slurm_hetero.slurm.parse import parse_duration_s, parse_kv_record
+from slurm_hetero.slurm.parse import parse_duration_s, parse_kv_record, parse_slurm_time
 from slurm_hetero.slurm.runner import Runner
 
 Log = Callable[[str], None]
@@ -86,8 +86,7 @@ def parse_jobs(text: str, now: float) -> list[JobRow]:
             continue
         rec = parse_kv_record(line)
         limit = parse_duration_s(rec.get("TimeLimit", ""))
-        submit = time.mktime(time.strptime(rec["SubmitTime"], "%Y-%m-%dT%H:%M:%S")) \
-            if rec.get("SubmitTime", "Unknown") != "Unknown" else now
+        submit = parse_slurm_time(rec.get("SubmitTime")) or now
         rows.append(JobRow(
             job_id=rec["JobId"], state=rec.get("JobState", ""),
             limit_min=round(limit / 60) if limit is not None else None,

@@ -8,13 +8,12 @@ than its staleness limit as absent (then the static order applies).
 
 from __future__ import annotations
 
-import os
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from slurm_hetero.bridge.tables import pools
+from slurm_hetero.fileio import write_atomic
 from slurm_hetero.site.model import Site
 from slurm_hetero.slurm.parse import parse_gres
 from slurm_hetero.slurm.runner import Runner
@@ -88,18 +87,6 @@ def to_lua(caps: dict[str, PoolCapacity], generated_at: float) -> str:
         f"pending = {c.pending} }}," for k, c in sorted(caps.items()))
     return (f"-- hetero-snapshot {time.time_ns()}\n"
             f"return {{ generated_at = {gen}, pools = {{\n{rows}\n}} }}\n")
-
-
-def write_atomic(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def take_snapshot(site: Site, runner: Runner, path: Path) -> dict[str, PoolCapacity]:

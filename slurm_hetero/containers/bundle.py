@@ -11,8 +11,6 @@ print which variant it runs in.
 
 from __future__ import annotations
 
-import json
-import os
 import shutil
 import subprocess
 from collections.abc import Mapping
@@ -21,6 +19,7 @@ from typing import Any
 
 from slurm_hetero.containers.catalog import Image
 from slurm_hetero.errors import RuntimeFailure
+from slurm_hetero.fileio import write_json_atomic
 from slurm_hetero.site.model import Site
 
 BUSYBOX = "/bin/busybox"
@@ -28,9 +27,7 @@ BUSYBOX = "/bin/busybox"
 
 def _write_json(path: Path, data: Mapping[str, Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, indent=1) + "\n")
-    os.replace(tmp, path)
+    write_json_atomic(path, data, indent=1)
 
 
 def stub_config(image: Image) -> dict[str, Any]:

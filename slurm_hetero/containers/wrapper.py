@@ -33,6 +33,7 @@ from slurm_hetero.containers.ociconfig import (
 )
 from slurm_hetero.containers.resolve import NoVariant, resolve
 from slurm_hetero.errors import HeteroError, InputError, RuntimeFailure
+from slurm_hetero.fileio import write_json_atomic
 
 PREFIX = "slurm-hetero"
 
@@ -52,19 +53,6 @@ def read_json(path: str, what: str) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise RuntimeFailure(f"{what} {path}: not a JSON object")
     return data
-
-
-def write_json_atomic(path: str, data: dict[str, Any]) -> None:
-    # Same folder (rename stays atomic); pid-named: tempfile's import costs start-up time.
-    tmp = f"{path}.{os.getpid()}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o640)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(data, f, indent=1)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
 
 
 def requested_image(slurm_cfg: dict[str, Any], conf: NodeConfig) -> Image:
@@ -167,7 +155,7 @@ def run(argv: Sequence[str]) -> int:
     slurm_cfg = read_json(slurm_path, "Slurm's container config")
     allocation = job_allocation(a["job"], a["node"], conf.slurm_conf)
     launch = prepare(conf, a["node"], slurm_cfg, allocation)
-    write_json_atomic(slurm_path, launch.config)
+    write_json_atomic(slurm_path, launch.config, indent=1, mode=0o640)
     if os.environ.get("SLURM_HETERO_VERBOSE"):
         print(f"{PREFIX}: {launch.image.ref} -> {launch.variant.label} on {a['node']}", file=sys.stderr)
     argv_runc = [conf.runc, "--root", a["runc-root"], "run", "--bundle", a["bundle"], a["id"]]

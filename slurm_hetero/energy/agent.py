@@ -31,6 +31,8 @@ from slurm_hetero.energy.comment import merge_comment, parse_comment
 from slurm_hetero.energy.devices import ControlUnsupported, DeviceInfo, DeviceLayer, Reading, open_devices
 from slurm_hetero.energy.policies import AutoRule, EnergyPolicy
 from slurm_hetero.errors import RuntimeFailure
+from slurm_hetero.fileio import write_json_atomic as write_json
+from slurm_hetero.slurm.parse import parse_slurm_time
 from slurm_hetero.slurm.runner import Runner
 
 log = logging.getLogger("slurm-hetero.agent")
@@ -145,12 +147,6 @@ class NodeState:
             if job:
                 out[(kind, idx)] = job
         return out
-
-
-def write_json(path: Path, data: Any) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}")
-    tmp.write_text(json.dumps(data))
-    os.replace(tmp, path)
 
 
 def restore_device(dev: DeviceLayer, st: NodeState, kind: str, index: int) -> None:
@@ -408,11 +404,8 @@ def holds_devices(rec: dict[str, str] | None, node: str, has_steps: bool, now: f
         return True  # its epilog restores and meters
     if rec.get("BatchFlag") != "1" or rec.get("BatchHost") != node:
         return True
-    try:
-        started = time.mktime(time.strptime(rec.get("StartTime", ""), "%Y-%m-%dT%H:%M:%S"))
-    except ValueError:
-        return True
-    return now - started < LAUNCH_GRACE_S
+    started = parse_slurm_time(rec.get("StartTime"))
+    return started is None or now - started < LAUNCH_GRACE_S
 
 
 def job_record(job_id: str) -> dict[str, str] | None:

@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import fcntl
 import json
-import os
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 from slurm_hetero.energy.devices import DeviceInfo, Reading
+from slurm_hetero.fileio import write_json_atomic
 
 
 class FakeDevices:
@@ -35,7 +34,7 @@ class FakeDevices:
                  "default_w": default_w, "limit_w": default_w,
                  "clock_level": "default", "npu_mode": "normal", "load": load,
                  "energy_j": 0.0, "t": time.time(), "counter": counter} for i in range(count)]
-        _write(Path(path), {"devices": devs})
+        write_json_atomic(path, {"devices": devs})
 
     def _load(self) -> dict[str, Any]:
         data: dict[str, Any] = json.loads(self.path.read_text())
@@ -53,7 +52,7 @@ class FakeDevices:
             d = data["devices"][index]
             self._advance(d, now)  # the counter is integrated up to the change
             d.update(changes)
-            _write(self.path, data)
+            write_json_atomic(self.path, data)
 
     # ---- DeviceLayer ---------------------------------------------------------------------
     def devices(self) -> list[DeviceInfo]:
@@ -93,10 +92,3 @@ class FakeDevices:
 
 def _power(d: dict[str, Any]) -> float:
     return float(min(d["limit_w"], d["default_w"] * d["load"]))
-
-
-def _write(path: Path, data: dict[str, Any]) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    with os.fdopen(fd, "w") as f:
-        json.dump(data, f)
-    os.replace(tmp, path)

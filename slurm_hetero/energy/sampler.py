@@ -20,7 +20,6 @@ import json
 import logging
 import os
 import signal
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -28,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from slurm_hetero.energy.devices import ControlUnsupported, DeviceInfo, DeviceLayer, Reading
 from slurm_hetero.errors import InputError
+from slurm_hetero.fileio import write_json_atomic
 
 if TYPE_CHECKING:
     from slurm_hetero.energy.agent import AgentConfig
@@ -59,7 +59,8 @@ def sample_once(dev: DeviceLayer, path: Path, now: float, max_gap: float) -> dic
             c["busy_s"] += (c["util"] + r.util) / 2 * dt
             c["covered_s"] += dt
         c.update(t=now, power_w=r.power_w, util=r.util)
-    _write(path, state)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(path, state)
     return state
 
 
@@ -150,11 +151,3 @@ class SampledDevices:
 
     def reset(self, index: int) -> None:
         self.inner.reset(index)
-
-
-def _write(path: Path, data: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    with os.fdopen(fd, "w") as f:
-        json.dump(data, f)
-    os.replace(tmp, path)

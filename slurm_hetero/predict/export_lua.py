@@ -14,7 +14,6 @@ keep it current; the trees stay the same.
 from __future__ import annotations
 
 import math
-import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,6 +24,7 @@ import numpy as np
 import pandas as pd
 
 from slurm_hetero.errors import InputError, RuntimeFailure
+from slurm_hetero.fileio import write_atomic
 from slurm_hetero.predict import features as F
 from slurm_hetero.predict.ingest_sacct import ACCEL_GRES
 from slurm_hetero.predict.train import Model
@@ -162,9 +162,4 @@ def render(model: Model, users: dict[str, list[float]], until: int, generated_at
 def write(text: str, path: Path) -> None:
     """Atomic replace: slurmctld's Lua may read the file at any moment."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        tmp.write_text(text)
-        tmp.replace(path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    write_atomic(path, text)

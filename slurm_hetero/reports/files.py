@@ -3,33 +3,25 @@ reader never sees half a file and a failure leaves the previous file in place.""
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 
 import pandas as pd
 
+from slurm_hetero import fileio
 from slurm_hetero.errors import InputError
 from slurm_hetero.reports.model import Report
 
 
 def write_atomic(path: Path, data: bytes | str) -> Path:
-    raw = data.encode() if isinstance(data, str) else data
+    """fileio.write_atomic, synced, with a place that cannot be written an input error."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     except OSError as e:
         raise InputError(f"{path}: cannot write here: {e.strerror}") from e
     try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(raw)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+        fileio.write_atomic(path, data, sync=True)
+    except (PermissionError, IsADirectoryError, NotADirectoryError) as e:
+        raise InputError(f"{path}: cannot write here: {e.strerror}") from e
     return path
 
 

@@ -8,6 +8,7 @@ the same way.
 from __future__ import annotations
 
 import re
+import time
 from dataclasses import dataclass
 
 SINFO_FORMAT = "%N|%T|%c|%m|%G|%f|%P|%E"
@@ -161,3 +162,16 @@ def parse_duration_s(text: str | None) -> float | None:
     else:
         h, m, sec = 0.0, parts[0], 0.0
     return ((float(days or 0) * 24 + h) * 60 + m) * 60 + sec
+
+
+def parse_slurm_time(text: str | None) -> float | None:
+    """A Slurm timestamp (`2026-11-30T10:05:35`, local time) as epoch seconds; None for
+    `Unknown`, `None`, `N/A` or empty.
+
+    >>> parse_slurm_time("Unknown") is None
+    True
+    """
+    try:
+        return time.mktime(time.strptime(text or "", "%Y-%m-%dT%H:%M:%S"))
+    except ValueError:
+        return None

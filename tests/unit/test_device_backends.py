@@ -70,7 +70,7 @@ def fake_amdsmi(gpus: list[AmdGpu], legacy_energy_key: bool = False) -> types.Mo
     def set_perf(h: AmdGpu, level: Any) -> None:
         assert isinstance(level, perf)
         guard(h, "perf")
-        h.perf, h.clk_range = level.name, None
+        h.perf, h.clk_range = level.name, None  # assumed: a perf level drops a set clock range
 
     def set_range(h: AmdGpu, lo: int, hi: int, kind: Any) -> None:
         assert kind == m.AmdSmiClkType.GFX  # type: ignore[attr-defined]
