@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 import signal
 import time
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,8 +27,8 @@ from slurm_hetero.bridge.snapshot import take_snapshot
 from slurm_hetero.energy.comment import parse_comment
 from slurm_hetero.errors import RuntimeFailure
 from slurm_hetero.site.model import Site
-from slurm_hetero.slurm.parse import parse_duration_s, parse_kv_record, parse_slurm_time
 from slurm_hetero.slurm.runner import Runner
+from slurm_hetero.slurm.squeue import SQUEUE_JSON_ARGV, QueuedJob, parse_squeue_json
 
 Log = Callable[[str], None]
 
@@ -68,6 +69,10 @@ class ExtendPolicy:
         return min(user_min, grown)
 
 
+# A user limit the bridge recorded beyond a year is not a limit anyone asked for.
+MAX_USER_LIMIT_MIN = 366 * 24 * 60
+
+
 @dataclass
 class JobRow:
     job_id: str
@@ -78,22 +83,23 @@ class JobRow:
     decision: dict[str, object] = field(default_factory=dict)
 
 
-def parse_jobs(text: str, now: float) -> list[JobRow]:
-    """`scontrol show job -o` (one job per line) → the fields the daemon needs."""
-    rows = []
-    for line in text.splitlines():
-        if not line.startswith("JobId="):
-            continue
-        rec = parse_kv_record(line)
-        limit = parse_duration_s(rec.get("TimeLimit", ""))
-        submit = parse_slurm_time(rec.get("SubmitTime")) or now
-        rows.append(JobRow(
-            job_id=rec["JobId"], state=rec.get("JobState", ""),
-            limit_min=round(limit / 60) if limit is not None else None,
-            elapsed_s=parse_duration_s(rec.get("RunTime", "")) or 0.0,
-            waited_s=now - submit,
-            decision=parse_comment(rec.get("AdminComment", ""))))
-    return rows
+def job_row(j: QueuedJob, now: float) -> JobRow:
+    """The fields the daemon needs from one `squeue --json` job (every value structured:
+    the comment, name and work dir a user writes can never pose as a time limit or as the
+    admin comment)."""
+    elapsed = now - j.start_time if j.state == "RUNNING" and j.start_time else 0.0
+    return JobRow(job_id=str(j.job_id), state=j.state, limit_min=j.time_limit_min,
+                  elapsed_s=max(0.0, elapsed),
+                  waited_s=max(0.0, now - j.submit_time) if j.submit_time else 0.0,
+                  decision=parse_comment(j.admin_comment))
+
+
+def user_limit(decision: dict[str, object]) -> int | None:
+    """The user's own limit the bridge recorded, if it is a sane number of minutes."""
+    v = decision.get("user_limit_min")
+    if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= MAX_USER_LIMIT_MIN:
+        return None
+    return v
 
 
 class BridgeDaemon:
@@ -108,23 +114,43 @@ class BridgeDaemon:
         # What we set last (22.05's scontrol does not show SiteFactor): one RPC per change.
         self.factors: dict[str, int] = {}
 
-    def jobs(self) -> list[JobRow]:
-        out = self.runner.out(["scontrol", "show", "job", "-o"], timeout=20)
-        return [] if out.startswith("No jobs") else parse_jobs(out, time.time())
+    def queue(self) -> list[QueuedJob]:
+        """Every job (one `squeue --json`); malformed entries are logged and skipped."""
+        try:
+            jobs, problems = parse_squeue_json(self.runner.out(SQUEUE_JSON_ARGV, timeout=30))
+        except ValueError as e:
+            raise RuntimeFailure(f"squeue --json: unreadable answer: {e}") from e
+        for p in problems[:5]:
+            self.log(f"squeue --json: skipped {p}")
+        return jobs
+
+    def jobs(self, queue: list[QueuedJob] | None = None) -> list[JobRow]:
+        now, rows = time.time(), []
+        for j in self.queue() if queue is None else queue:
+            try:
+                rows.append(job_row(j, now))
+            except Exception as e:  # one bad job costs itself, never the round
+                self.log(f"job {j.job_id}: skipped: {type(e).__name__}: {e}")
+        return rows
 
     def extend_limits(self, jobs: list[JobRow]) -> int:
         done = 0
         for j in jobs:
-            user_min = j.decision.get("user_limit_min")
-            if j.state != "RUNNING" or not j.decision.get("shortened") or j.limit_min is None \
-                    or not isinstance(user_min, int):
+            user_min = user_limit(j.decision)
+            if j.state != "RUNNING" or j.decision.get("shortened") is not True \
+                    or j.limit_min is None or user_min is None:
                 continue
             new = self.extend.new_limit_min(j.limit_min, j.elapsed_s, user_min)
-            if new is not None:
+            if new is None:
+                continue
+            try:
                 self.runner.run(["scontrol", "update", f"JobId={j.job_id}", f"TimeLimit={new}"])
-                self.log(f"job {j.job_id}: limit {j.limit_min} -> {new} min "
-                         f"(ran {j.elapsed_s / 60:.1f} min, user limit {user_min})")
-                done += 1
+            except RuntimeFailure as e:  # the job may have ended meanwhile; next round retries
+                self.log(f"job {j.job_id}: limit not extended: {e}")
+                continue
+            self.log(f"job {j.job_id}: limit {j.limit_min} -> {new} min "
+                     f"(ran {j.elapsed_s / 60:.1f} min, user limit {user_min})")
+            done += 1
         return done
 
     def set_factors(self, jobs: list[JobRow]) -> int:
@@ -136,7 +162,8 @@ class BridgeDaemon:
                 continue
             pred = j.decision.get("pred")
             p50 = pred.get("p50") if isinstance(pred, dict) else None
-            estimate = float(p50) if isinstance(p50, int | float) else (j.limit_min or 60) * 60.0
+            estimate = (float(p50) if isinstance(p50, int | float) and not isinstance(p50, bool)
+                        and math.isfinite(p50) else (j.limit_min or 60) * 60.0)
             value = self.factor.site_factor(estimate, j.waited_s)
             if value != self.factors.get(j.job_id):
                 self.runner.run(["scontrol", "update", f"JobId={j.job_id}", f"SiteFactor={value}"],
@@ -146,8 +173,9 @@ class BridgeDaemon:
         return done
 
     def round(self) -> None:
-        take_snapshot(self.site, self.runner, self.snapshot)
-        jobs = self.jobs()
+        queue = self.queue()
+        take_snapshot(self.site, self.runner, self.snapshot, queue)
+        jobs = self.jobs(queue)
         self.extend_limits(jobs)
         self.set_factors(jobs)
 
@@ -155,8 +183,8 @@ class BridgeDaemon:
         signal.signal(signal.SIGTERM, lambda *_: setattr(self, "stopping", True))
         try:  # repair first: jobs may be close to a shortened limit after a pause
             self.extend_limits(self.jobs())
-        except RuntimeFailure as e:
-            self.log(f"startup repair skipped: {e}")
+        except Exception as e:
+            self.log(f"startup repair skipped: {type(e).__name__}: {e}")
         n = 0
         while not self.stopping and (rounds is None or n < rounds):
             t0 = time.monotonic()
@@ -164,6 +192,8 @@ class BridgeDaemon:
                 self.round()
             except RuntimeFailure as e:
                 self.log(f"round skipped: {e}")
+            except Exception as e:  # a bug must cost a round, not the heartbeat of every job
+                self.log(f"round failed: {type(e).__name__}: {e}\n{traceback.format_exc(limit=5)}")
             n += 1
             while not self.stopping and time.monotonic() - t0 < self.every and (rounds is None or n < rounds):
                 time.sleep(0.1)

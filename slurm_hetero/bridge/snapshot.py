@@ -9,6 +9,7 @@ than its staleness limit as absent (then the static order applies).
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,9 +18,9 @@ from slurm_hetero.fileio import write_atomic
 from slurm_hetero.site.model import Site
 from slurm_hetero.slurm.parse import parse_gres
 from slurm_hetero.slurm.runner import Runner
+from slurm_hetero.slurm.squeue import SQUEUE_JSON_ARGV, QueuedJob, parse_squeue_json
 
 SINFO_ARGS = ["sinfo", "-N", "-h", "-O", "NodeList:|,StateLong:|,Gres:|,GresUsed:|,Features:|"]
-SQUEUE_ARGS = ["squeue", "-h", "-t", "PD", "-o", "%b|%f|%D"]
 _UNAVAILABLE = ("drain", "down", "fail", "maint", "reserved", "unknown", "not_responding",
                 "future", "power")
 ARCHES = ("x86_64", "aarch64")
@@ -37,8 +38,9 @@ def _model_of(site: Site) -> dict[tuple[str, str], str]:
     return {(m.gres_name, m.gres_type): m.id for m in site.models_in_use}
 
 
-def build_snapshot(site: Site, sinfo_text: str, squeue_text: str) -> dict[str, PoolCapacity]:
-    """Pure: capacity per pool key from `SINFO_ARGS` and `SQUEUE_ARGS` output."""
+def build_snapshot(site: Site, sinfo_text: str, jobs: Iterable[QueuedJob]) -> dict[str, PoolCapacity]:
+    """Pure: capacity per pool key from `SINFO_ARGS` output and the queue (`squeue --json`:
+    a feature expression may hold `|`, so no text format of squeue is safe to split)."""
     model_of = _model_of(site)
     caps = {p.key: PoolCapacity() for p in pools(site)}
     for line in sinfo_text.splitlines():
@@ -59,11 +61,10 @@ def build_snapshot(site: Site, sinfo_text: str, squeue_text: str) -> dict[str, P
             cap.total += count
             cap.free += free
             cap.free_max_node = max(cap.free_max_node, free)
-    for line in squeue_text.splitlines():
-        fields = line.split("|")
-        if len(fields) < 3 or not fields[2].strip().isdigit():
+    for job in jobs:
+        if job.state != "PENDING":
             continue
-        tres, features, nodes = fields[0], fields[1], int(fields[2])
+        tres, features, nodes = job.tres_per_node, job.features, max(1, job.node_count)
         arches = [a for a in ARCHES if a in features] or list(ARCHES)
         for item in tres.split(","):
             parts = item.replace("gres/", "gres:").split(":")
@@ -89,8 +90,12 @@ def to_lua(caps: dict[str, PoolCapacity], generated_at: float) -> str:
             f"return {{ generated_at = {gen}, pools = {{\n{rows}\n}} }}\n")
 
 
-def take_snapshot(site: Site, runner: Runner, path: Path) -> dict[str, PoolCapacity]:
-    caps = build_snapshot(site, runner.out(SINFO_ARGS), runner.out(SQUEUE_ARGS))
+def take_snapshot(site: Site, runner: Runner, path: Path,
+                  jobs: Iterable[QueuedJob] | None = None) -> dict[str, PoolCapacity]:
+    """Write the snapshot; `jobs`: the queue when the caller has just read it."""
+    if jobs is None:
+        jobs, _ = parse_squeue_json(runner.out(SQUEUE_JSON_ARGV))
+    caps = build_snapshot(site, runner.out(SINFO_ARGS), jobs)
     write_atomic(path, to_lua(caps, time.time()))
     return caps
 

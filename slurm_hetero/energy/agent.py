@@ -21,7 +21,7 @@ import os
 import random
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +34,7 @@ from slurm_hetero.errors import RuntimeFailure
 from slurm_hetero.fileio import write_json_atomic as write_json
 from slurm_hetero.slurm.parse import parse_slurm_time
 from slurm_hetero.slurm.runner import Runner
+from slurm_hetero.slurm.scontrol import parse_id_list, parse_job_devices, parse_job_record, show_job_argv
 
 log = logging.getLogger("slurm-hetero.agent")
 KINDS = ("gpu", "npu")
@@ -84,16 +85,34 @@ class JobView:
     num_nodes: int = 1
 
 
-def job_view(job_id: str, node: str) -> JobView:
-    from slurm_hetero.slurm.parse import parse_job_gres_idx, parse_kv_record
+def job_view(job_id: str, node: str, env: Mapping[str, str] | None = None) -> JobView:
+    """What the agent needs about a job on this node.
 
-    text = SLURM.out(["scontrol", "show", "job", "-d", job_id])
-    rec = parse_kv_record(text)
+    What slurmd hands the Prolog/Epilog in their environment comes first (the user, the
+    node count, SLURM_JOB_GPUS: this node's GPU indices); what it does not give (indices of
+    a plugin-less GRES such as `npu`, the bridge's admin comment, the job name) is read from
+    `scontrol show job -d` with the parser user text cannot steer: a record in which a
+    comment, name or work dir imitates slurmctld's lines raises AmbiguousRecord, and the
+    caller then leaves the devices alone."""
+    env = os.environ if env is None else env
+    text = SLURM.out(show_job_argv(job_id, detail=True))
+    rec = parse_job_record(text, ["JobName", "UserId", "NumNodes"], optional=["AdminComment"])
+    devices = {k: v for k, v in parse_job_devices(text, node).items() if k in KINDS}
+    if env.get("SLURM_JOB_ID") == job_id and "SLURM_JOB_GPUS" in env:
+        gpus = parse_id_list(env["SLURM_JOB_GPUS"])
+        if gpus != devices.get("gpu", gpus):
+            log.warning("job %s on %s: slurmd says GPUs %s, scontrol %s: using slurmd's",
+                        job_id, node, gpus, devices.get("gpu"))
+        devices.pop("gpu", None)
+        if gpus:
+            devices["gpu"] = gpus
+    user = env.get("SLURM_JOB_USER") if env.get("SLURM_JOB_ID") == job_id else None
+    nodes = env.get("SLURM_JOB_NUM_NODES") if env.get("SLURM_JOB_ID") == job_id else None
     comment = rec.get("AdminComment", "")
-    return JobView(job_id=job_id, user=rec.get("UserId", "").split("(")[0],
-                   name=rec.get("JobName", ""), admin_comment="" if comment == "(null)" else comment,
-                   devices={k: v for k, v in parse_job_gres_idx(text, node).items() if k in KINDS},
-                   num_nodes=int(rec.get("NumNodes", "1").split("-")[0] or 1))
+    return JobView(job_id=job_id, user=user or rec["UserId"].split("(")[0], name=rec["JobName"],
+                   admin_comment="" if comment == "(null)" else comment, devices=devices,
+                   num_nodes=int(nodes) if nodes and nodes.isdigit()
+                   else int(rec["NumNodes"].split("-")[0] or 1))
 
 
 def requested_policy(admin_comment: str) -> str | None:
@@ -242,9 +261,14 @@ def _apply_all(dev: DeviceLayer, st: NodeState, job_id: str, devices: dict[str, 
                 restore_device(dev, st, kind, i)
             info = infos.get(i)
             default_w = info.power_default_w if info else 0.0
-            applied = apply_policy(dev, kind, i, policy, default_w) if policy else []
-            if applied:
+            applied: list[str] = []
+            if policy:
+                # Owner first: a prolog killed midway leaves a record of what it may have
+                # changed, so the epilog, the next prolog or `restore` puts it back.
                 write_json(st.owner_file(kind, i), {"job": job_id})
+                applied = apply_policy(dev, kind, i, policy, default_w)
+                if not applied:
+                    st.owner_file(kind, i).unlink(missing_ok=True)
             try:
                 r = dev.read(i)
                 start: dict[str, Any] = {"energy_j": r.energy_j, "busy_s": r.busy_s,
@@ -259,12 +283,13 @@ def _apply_all(dev: DeviceLayer, st: NodeState, job_id: str, devices: dict[str, 
 def epilog(cfg: AgentConfig, job_id: str, node: str) -> dict[str, Any] | None:
     t0 = time.monotonic()
     st = NodeState(cfg, node)
+    spec = cfg.devices_for(node)
     try:
         record = json.loads(st.job_file(job_id).read_text())
     except (OSError, ValueError):
         log.warning("epilog job %s on %s: no prolog record", job_id, node)
+        _restore_owned(cfg, st, node, job_id)
         return None
-    spec = cfg.devices_for(node)
     per_device = []
     if spec and record["devices"]:
         dev = open_devices(spec, st.dir)
@@ -279,6 +304,8 @@ def epilog(cfg: AgentConfig, job_id: str, node: str) -> dict[str, Any] | None:
             with st.lock():
                 if st.owner(kind, i) == job_id:
                     restore_device(dev, st, kind, i)
+    if spec:
+        _restore_owned(cfg, st, node, job_id)  # changed by a prolog that stopped midway
     summary = summarize(record, per_device)
     if per_device:
         append_history(cfg, record, summary)
@@ -287,6 +314,19 @@ def epilog(cfg: AgentConfig, job_id: str, node: str) -> dict[str, Any] | None:
     st.job_file(job_id).unlink(missing_ok=True)
     log.info("epilog job %s on %s: %s, %.0f ms", job_id, node, summary, (time.monotonic() - t0) * 1000)
     return summary
+
+
+def _restore_owned(cfg: AgentConfig, st: NodeState, node: str, job_id: str) -> None:
+    """Restore every device whose owner file names this job."""
+    spec = cfg.devices_for(node)
+    owned = [k for k, j in st.owners().items() if j == job_id]
+    if spec is None or not owned:
+        return
+    dev = open_devices(spec, st.dir)
+    with st.lock():
+        for kind, i in owned:
+            if st.owner(kind, i) == job_id:
+                restore_device(dev, st, kind, i)
 
 
 def device_figures(start: dict[str, Any], end: Reading | None, sampled_util: float | None,
@@ -411,11 +451,10 @@ def holds_devices(rec: dict[str, str] | None, node: str, has_steps: bool, now: f
 def job_record(job_id: str) -> dict[str, str] | None:
     """slurmctld's record of a job, None once it has forgotten it. Any other failure (no
     answer from slurmctld) raises: "cannot tell" must never read as "the job is gone"."""
-    from slurm_hetero.slurm.parse import parse_kv_record
-
-    r = SLURM.run(["scontrol", "show", "job", job_id], check=False)
+    r = SLURM.run(show_job_argv(job_id), check=False)
     if r.returncode == 0 and r.stdout.strip():
-        return parse_kv_record(r.stdout)
+        # AmbiguousRecord (user text imitating a key) is "cannot tell": it raises.
+        return parse_job_record(r.stdout, ["JobState", "BatchFlag", "StartTime"], optional=["BatchHost"])
     if "Invalid job id" in r.stderr:
         return None
     raise RuntimeFailure(f"scontrol show job {job_id}: {r.stderr.strip() or f'exit {r.returncode}'}")
@@ -444,7 +483,7 @@ def restore(cfg: AgentConfig, node: str, alive: Callable[[str], bool] | None,
         # Slurm is asked outside the lock (seconds); under it, a device is reset only if the
         # same job still owns it and its prolog is not a moment ago (a new job starting).
         targets = ({(d.kind, d.index): "" for d in dev.devices()} if alive is None
-                   else {k: j for k, j in st.owners().items() if not alive(j)})
+                   else {k: j for k, j in st.owners().items() if not _asks(alive, j, True)})
         with st.lock():
             for (kind, i), job in sorted(targets.items()):
                 if job and (st.owner(kind, i) != job or st.owner_age(kind, i) < grace_s):
@@ -454,9 +493,19 @@ def restore(cfg: AgentConfig, node: str, alive: Callable[[str], bool] | None,
     if alive is not None:
         gone = gone or (lambda job: not alive(job))
         for f in st.dir.glob("job-*.json"):
-            if _worth_asking(f) and gone(f.stem[4:]):
+            if _worth_asking(f) and _asks(gone, f.stem[4:], False):
                 f.unlink(missing_ok=True)
     return done
+
+
+def _asks(question: Callable[[str], bool], job: str, cannot_tell: bool) -> bool:
+    """One job's answer; `cannot_tell` when Slurm does not answer or the record is
+    ambiguous, so one bad job never stops the others from being restored."""
+    try:
+        return question(job)
+    except Exception as e:
+        log.warning("job %s: cannot tell (%s); leaving it for now", job, e)
+        return cannot_tell
 
 
 def _worth_asking(job_file: Path) -> bool:

@@ -15,6 +15,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
+# Slurm keeps comments of any length; ours are well under 4 KB. Longer text is not ours.
+MAX_COMMENT = 64 * 1024
+
 
 def parse_comment(text: str) -> dict[str, Any]:
     """The JSON object in an admin comment ({} if none), whether sacctmgr rewrote it or not.
@@ -23,11 +26,11 @@ def parse_comment(text: str) -> dict[str, Any]:
     {'hetero': 1, 'model': 'h100'}
     """
     text = text.strip()
-    if not text.startswith("{"):
+    if not text.startswith("{") or len(text) > MAX_COMMENT:
         return {}
     try:
         parsed = json.loads(text.replace("`", '"'))
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nesting deeper than the stack
         return {}
     return parsed if isinstance(parsed, dict) else {}
 

@@ -1,52 +1,51 @@
-"""Allocated indices from captured `scontrol show job -d` (Slurm 22.05), hostlists, and the
-TaskProlog lines built from them."""
+"""Allocated indices for the container wrapper and the TaskProlog: from slurmctld's detail
+lines only (captured `scontrol show job -d`, Slurm 22.05), refused when user text imitates
+one, and the TaskProlog lines built from them."""
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from slurm_hetero.containers.gres import expand_hostlist, parse_job_gres, parse_ranges
+from slurm_hetero.containers import gres
 from slurm_hetero.containers.taskprolog import export_lines
+from slurm_hetero.errors import RuntimeFailure
 
-DATA = Path(__file__).resolve().parents[1] / "data" / "containers"
-
-
-def captured(name: str) -> str:
-    return (DATA / f"scontrol-job-d-{name}-22.05.txt").read_text()
-
-
-@pytest.mark.parametrize(("name", "expected"), [
-    ("gpu", {"a100-01": {"gpu": [2, 3]}}),
-    ("npu-2nodes", {"npu-01": {"npu": [3, 4]}, "npu-02": {"npu": [0, 1]}}),
-    ("npu-hostlist", {"npu-01": {"npu": [0, 1]}, "npu-02": {"npu": [0, 1]}}),
-    ("shard", {"v100-01": {"shard": [0]}}),
-    ("cpu", {"cpu-arm-01": {}}),
-])
-def test_parse_captured_scontrol(name: str, expected: dict[str, dict[str, list[int]]]) -> None:
-    assert parse_job_gres(captured(name)) == expected
-
-
-def test_several_gres_on_one_node() -> None:
-    text = "     Nodes=x[1-2] CPU_IDs=0 Mem=1 GRES=gpu:a100:1(IDX:0),npu:910b:3(IDX:1-2,5)\n"
-    assert parse_job_gres(text) == {"x1": {"gpu": [0], "npu": [1, 2, 5]},
-                                    "x2": {"gpu": [0], "npu": [1, 2, 5]}}
-
-
-@pytest.mark.parametrize(("expr", "names"), [
-    ("a100-01", ["a100-01"]),
-    ("npu-[01-02],h100-01", ["npu-01", "npu-02", "h100-01"]),
-    ("r[1-2]-n[08-10]", ["r1-n08", "r1-n09", "r1-n10", "r2-n08", "r2-n09", "r2-n10"]),
-    ("n[1,3-4]", ["n1", "n3", "n4"]),
-])
-def test_hostlists(expr: str, names: list[str]) -> None:
-    assert expand_hostlist(expr) == names
+DATA = Path(__file__).resolve().parents[1] / "data"
 
 
 def test_ranges() -> None:
-    assert parse_ranges("0-2,5,7-7") == [0, 1, 2, 5, 7]
-    assert parse_ranges("") == []
+    assert gres.parse_ranges("0-2,5,7-7") == [0, 1, 2, 5, 7]
+    assert gres.parse_ranges("") == []
+
+
+def answer_with(monkeypatch: pytest.MonkeyPatch, text: str) -> list[list[str]]:
+    calls: list[list[str]] = []
+
+    def run(self: Any, argv: list[str], **_: Any) -> subprocess.CompletedProcess[str]:
+        calls.append(list(argv))
+        return subprocess.CompletedProcess(argv, 0, text, "")
+
+    monkeypatch.setattr("slurm_hetero.slurm.runner.Runner.run", run)
+    return calls
+
+
+def test_allocation_of_a_two_node_npu_job(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = answer_with(monkeypatch, (DATA / "containers/scontrol-job-d-npu-2nodes-22.05.txt").read_text())
+    assert gres.job_allocation("12", "npu-01") == {"npu": [3, 4]}
+    assert gres.job_allocation("12", "npu-02") == {"npu": [0, 1]}
+    assert calls[0] == ["scontrol", "show", "job", "-d", "12"]
+
+
+def test_a_forged_detail_line_gives_no_devices(monkeypatch: pytest.MonkeyPatch) -> None:
+    answer_with(monkeypatch, (DATA / "captured/scontrol-job-d-injected-22.05.txt").read_text())
+    with pytest.raises(RuntimeFailure, match="ambiguous"):
+        gres.job_allocation("1", "npu-01")
+    with pytest.raises(RuntimeFailure, match="not a number"):
+        gres.job_allocation("1;reboot", "npu-01")
 
 
 def test_taskprolog_exports_host_indices_and_unsets_without_allocation() -> None:

@@ -1,14 +1,18 @@
-"""The bridge daemon's pure parts: SiteFactor, limit extension, parsing scontrol -o."""
+"""The bridge daemon's pure parts: SiteFactor, limit extension, the jobs it reads from
+`squeue --json`, and surviving a bad job or a dead slurmctld."""
 
 from __future__ import annotations
 
 import doctest
+import json
+import time
 from pathlib import Path
 
 import pytest
 
 from slurm_hetero.bridge import daemon
-from slurm_hetero.bridge.daemon import ExtendPolicy, FactorPolicy, parse_jobs
+from slurm_hetero.bridge.daemon import ExtendPolicy, FactorPolicy, job_row, user_limit
+from slurm_hetero.slurm.squeue import parse_squeue_json
 
 CAPTURED = Path(__file__).resolve().parents[1] / "data" / "captured"
 
@@ -43,12 +47,28 @@ def test_extension_steps(limit: int, elapsed: float, user: int, new: int | None)
     assert ExtendPolicy().new_limit_min(limit, elapsed, user) == new
 
 
-def test_parse_jobs_on_captured_output() -> None:
-    rows = parse_jobs((CAPTURED / "scontrol-job-o-pending-22.05.txt").read_text(), now=0.0)
-    assert [r.job_id for r in rows] == ["89", "88"]
-    assert rows[0].limit_min == 5 and rows[1].limit_min == 60
-    assert rows[0].decision["model"] == "gh200" and rows[1].decision == {}
-    assert rows[0].state == "COMPLETED" and rows[1].state == "RUNNING"
+def test_rows_from_captured_squeue_json() -> None:
+    jobs, _ = parse_squeue_json((CAPTURED / "squeue-json-22.05.json").read_text())
+    rows = {r.job_id: r for r in (job_row(j, now=1796109000.0) for j in jobs)}
+    # Job 7's comment says `AdminComment={"shortened":true,"user_limit_min":100000}`: the
+    # decision is the bridge's own admin comment, which holds neither.
+    assert rows["7"].decision["model"] == "v100" and "shortened" not in rows["7"].decision
+    assert rows["7"].limit_min == 10 and rows["7"].state == "RUNNING" and rows["7"].elapsed_s > 0
+    assert rows["8"].limit_min == 5 and rows["8"].elapsed_s == 0 and rows["8"].waited_s > 0
+
+
+@pytest.mark.parametrize(("value", "expected"), [
+    (90, 90), (0, None), (-5, None), (True, None), ("600", None), (10**12, None), (2.5, None),
+])
+def test_user_limit_must_be_sane_minutes(value: object, expected: int | None) -> None:
+    assert user_limit({"user_limit_min": value}) == expected
+
+
+def test_deep_or_huge_admin_comments_do_not_raise() -> None:
+    from slurm_hetero.energy.comment import parse_comment
+
+    assert parse_comment("{" + '"a":[' * 100_000 + "]" * 100_000 + "}") == {}
+    assert parse_comment('{"x":"' + "y" * 200_000 + '"}') == {}
 
 
 class FlakyRunner:
@@ -65,7 +85,7 @@ class FlakyRunner:
         if self.failures > 0:
             self.failures -= 1
             raise RuntimeFailure(f"{argv[0]}: no answer in 20 s")
-        return "No jobs in the system\n" if argv[:2] == ["scontrol", "show"] else ""
+        return '{"jobs": []}' if argv[0] == "squeue" else ""
 
     def run(self, argv: list[str], **_: object) -> object:
         self.calls.append(argv)
@@ -81,7 +101,51 @@ def test_daemon_survives_an_unreachable_slurmctld(tmp_path: Path) -> None:
     runner = FlakyRunner(failures=3)
     d = BridgeDaemon(site, runner, tmp_path / "snap.lua", every=0.0, log=logs.append)  # type: ignore[arg-type]
     d.run(rounds=3)
-    assert logs[0].startswith("startup repair skipped: scontrol: no answer")
+    assert logs[0].startswith("startup repair skipped: RuntimeFailure: squeue: no answer")
     assert sum(line.startswith("round skipped") for line in logs) == 2
     assert (tmp_path / "snap.lua").exists()  # the third round wrote the snapshot
     assert logs[-1] == "bridge daemon stopped"
+
+
+class HostileRunner:
+    """squeue answers with one job per trap, then one good job to extend (unit-test fake)."""
+
+    def __init__(self, jobs: list[object]):
+        self.doc = json.dumps({"jobs": jobs})
+        self.updates: list[list[str]] = []
+
+    def out(self, argv: list[str], **_: object) -> str:
+        return self.doc if argv[0] == "squeue" else ""
+
+    def run(self, argv: list[str], **_: object) -> object:
+        if argv[:2] == ["scontrol", "update"]:
+            self.updates.append(argv)
+        return None
+
+
+def test_one_bad_job_costs_itself_not_the_round(tmp_path: Path) -> None:
+    from slurm_hetero.bridge.daemon import BridgeDaemon
+    from slurm_hetero.site import load_site
+
+    now = time.time()
+    shortened = json.dumps({"shortened": True, "user_limit_min": 60})
+    jobs: list[object] = [
+        {"job_id": 1, "job_state": "RUNNING", "time_limit": "zz", "start_time": now - 600,
+         "admin_comment": shortened},                                        # limit not a number
+        {"job_id": 2, "job_state": "RUNNING", "time_limit": 10, "start_time": now - 590,
+         "admin_comment": "{" + '"a":[' * 50_000 + "]" * 50_000 + "}"},     # nesting bomb
+        {"job_id": 3, "job_state": "RUNNING", "time_limit": 10, "start_time": now - 590,
+         "admin_comment": json.dumps({"shortened": True, "user_limit_min": 100_000_000})},
+        {"job_id": "x"}, [1, 2],                                              # not jobs at all
+        {"job_id": 4, "job_state": "RUNNING", "time_limit": 10, "start_time": now - 590,
+         "admin_comment": shortened, "comment": 'AdminComment={"user_limit_min":100000}'},
+    ]
+    site = load_site(Path(__file__).resolve().parents[2] / "site" / "demo" / "site.yaml")
+    runner = HostileRunner(jobs)
+    logs: list[str] = []
+    d = BridgeDaemon(site, runner, tmp_path / "snap.lua", every=0.0, log=logs.append)  # type: ignore[arg-type]
+    d.run(rounds=2)
+    # Only job 4 is extended, to twice its limit (and never past the user's 60 minutes).
+    assert {tuple(u) for u in runner.updates} == {("scontrol", "update", "JobId=4", "TimeLimit=20")}
+    assert not any(line.startswith("round failed") for line in logs), logs
+    assert sum("skipped job entry" in line for line in logs) == 6  # 2 bad entries x 3 reads

@@ -240,10 +240,11 @@ def test_dev_profile_wires_prolog_and_fake_devices() -> None:
 # ---- which jobs still hold their devices (node restore, the health check) ----------------------
 
 def test_holds_devices_on_captured_job() -> None:
-    from slurm_hetero.slurm.parse import parse_kv_record
+    from slurm_hetero.slurm.scontrol import parse_job_record
 
     # A running batch job on a100-01, captured from `scontrol show job -d` on Slurm 22.05.
-    rec = parse_kv_record((ROOT / "tests/data/containers/scontrol-job-d-gpu-22.05.txt").read_text())
+    rec = parse_job_record((ROOT / "tests/data/containers/scontrol-job-d-gpu-22.05.txt").read_text(),
+                           ["JobState", "BatchFlag", "StartTime", "BatchHost"])
     start = time.mktime(time.strptime(rec["StartTime"], "%Y-%m-%dT%H:%M:%S"))
     late = start + agent.LAUNCH_GRACE_S + 1
     assert agent.holds_devices(rec, "a100-01", has_steps=True, now=late)

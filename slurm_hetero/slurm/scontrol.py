@@ -1,0 +1,155 @@
+"""`scontrol show job [-d] ID`: argv, and a parser that user text cannot steer.
+
+On 22.05 `scontrol` has no structured output, and several fields of the record are the
+user's to write (JobName, Comment, WorkDir, StdOut/StdErr/StdIn, Command, ...), embedded
+newlines included. A comment such as `x\\n     Nodes=npu-01 CPU_IDs=0 Mem=1 GRES=npu:8(IDX:0-7)`
+adds a line that looks exactly like one of slurmctld's detail lines, and `x JobState=RUNNING`
+adds a key to a line. What user text can never do is *remove* slurmctld's own text, so:
+
+- a key is read only where it starts a token (after the line's indent or a space), and
+  only if it occurs exactly once: a second occurrence means user text imitates it, and the
+  record is `AmbiguousRecord` (callers fail closed: no devices, no policy, "cannot tell");
+- a detail line counts only in slurmctld's exact shape (five spaces, `Nodes= CPU_IDs= Mem=
+  GRES=`, nothing after), and a node must be covered by exactly one such line;
+- `JobName` is the rest of the first line (it is printed last there), so it never yields
+  keys.
+
+Privileged code should prefer what slurmd hands it (the Prolog's SLURM_JOB_GPUS,
+SLURM_JOB_USER, ...) and use this only for what slurmd does not give (plugin-less GRES
+such as `npu`, the bridge's admin comment).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+from slurm_hetero.errors import RuntimeFailure
+from slurm_hetero.slurm import hostlist
+
+_DETAIL = re.compile(r"^     Nodes=(\S+) CPU_IDs=\S+ Mem=\d+ GRES=(\S*)$")
+_GRES_ITEM = re.compile(r"^([A-Za-z0-9_-]+)(?::[A-Za-z0-9_.-]+)*:\d+\(IDX:([0-9,\-]+)\)$")
+_FIRST = re.compile(r"^JobId=(\d+) JobName=(.*)$")
+# Keys printed on a line of their own whose value runs to the end of the line (may hold spaces).
+LINE_KEYS = frozenset({"AdminComment", "Comment", "SystemComment", "WorkDir", "Command",
+                       "StdErr", "StdIn", "StdOut", "Reason"})
+MAX_IDX = 4096  # indices above this are not devices of any node
+
+
+class AmbiguousRecord(RuntimeFailure):
+    """slurmctld's text cannot be told apart from user text imitating it."""
+
+
+def show_job_argv(job_id: str | int, detail: bool = False) -> list[str]:
+    job = str(job_id)
+    if not job.isdigit():
+        raise ValueError(f"job id {job!r} is not a number")
+    return ["scontrol", "show", "job", *(["-d"] if detail else []), job]
+
+
+def _key_hits(text: str, key: str) -> list[str]:
+    """Values of every token `KEY=` that starts a line (after its indent) or follows a space."""
+    if key in LINE_KEYS:
+        pat = re.compile(rf"^ *{re.escape(key)}=(.*)$", re.MULTILINE)
+    else:
+        pat = re.compile(rf"(?:^|(?<= )){re.escape(key)}=(\S*)", re.MULTILINE)
+    return pat.findall(text)
+
+
+def parse_job_record(text: str, keys: Iterable[str], optional: Iterable[str] = ()) -> dict[str, str]:
+    """The values of `keys` in one `scontrol show job` record, each required exactly once
+    (keys in `optional` may be absent). JobName and JobId come from the first line.
+
+    >>> parse_job_record("JobId=7 JobName=a JobState=X\\n   JobState=RUNNING Reason=None\\n",
+    ...                  ["JobId", "JobName", "JobState"])
+    {'JobId': '7', 'JobName': 'a JobState=X', 'JobState': 'RUNNING'}
+    """
+    lines = text.split("\n", 1)
+    first = _FIRST.match(lines[0])
+    if not first:
+        raise AmbiguousRecord("scontrol show job: the record does not start with JobId= JobName=")
+    rest = lines[1] if len(lines) > 1 else ""
+    out: dict[str, str] = {}
+    opt = set(optional)
+    for key in keys:
+        if key == "JobId":
+            out[key] = first.group(1)
+            continue
+        if key == "JobName":
+            out[key] = first.group(2)
+            continue
+        hits = _key_hits(rest, key)
+        if len(hits) > 1:
+            raise AmbiguousRecord(f"job {first.group(1)}: {key}= appears {len(hits)} times "
+                                  "(user text imitates it)")
+        if not hits:
+            if key in opt:
+                continue
+            raise AmbiguousRecord(f"job {first.group(1)}: no {key}= in its record")
+        out[key] = hits[0].rstrip()
+    return out
+
+
+def _indices(text: str) -> list[int]:
+    out: list[int] = []
+    for part in text.split(","):
+        lo, _, hi = part.partition("-")
+        a, b = int(lo), int(hi or lo)
+        if b < a or b > MAX_IDX:
+            raise ValueError(part)
+        out += [i for i in range(a, b + 1) if i not in out]
+    return out
+
+
+def parse_job_devices(text: str, node: str) -> dict[str, list[int]]:
+    """Device indices per GRES name the job holds on `node`, from `scontrol show job -d`.
+
+    Exactly one detail line must cover the node; none (a pending job, or a node not in
+    the job) is {}, two or more is `AmbiguousRecord`.
+
+    >>> parse_job_devices("JobId=1 JobName=x\\n     Nodes=n[1-2] CPU_IDs=0 Mem=1 "
+    ...                   "GRES=npu:910b:2(IDX:0-1),gpu:1(IDX:3)\\n", "n2")
+    {'npu': [0, 1], 'gpu': [3]}
+    """
+    found: list[str] = []
+    for line in text.splitlines():
+        m = _DETAIL.match(line)
+        if not m:
+            continue
+        try:
+            covers = hostlist.contains(m.group(1), node)
+        except hostlist.HostlistError as e:
+            raise AmbiguousRecord(f"detail line with a bad node list: {e}") from e
+        if covers:
+            found.append(m.group(2))
+    if len(found) > 1:
+        raise AmbiguousRecord(f"{len(found)} detail lines name node {node} (user text imitates one)")
+    out: dict[str, list[int]] = {}
+    if not found or found[0] in ("", "(null)"):
+        return out
+    for item in re.split(r",(?![^(]*\))", found[0]):
+        m = _GRES_ITEM.match(item)
+        if not m:
+            continue  # a GRES without indices (count-only): nothing to map to devices
+        try:
+            idx = _indices(m.group(2))
+        except ValueError as e:
+            raise AmbiguousRecord(f"bad device index list {m.group(2)!r} for node {node}") from e
+        out.setdefault(m.group(1), [])
+        out[m.group(1)] += [i for i in idx if i not in out[m.group(1)]]
+    return out
+
+
+def parse_id_list(text: str) -> list[int]:
+    """slurmd's SLURM_JOB_GPUS (`0,2-3` or `0,2,3`) → [0, 2, 3]; [] for empty.
+
+    >>> parse_id_list("0,2-3")
+    [0, 2, 3]
+    """
+    text = text.strip()
+    if not text:
+        return []
+    try:
+        return _indices(text)
+    except ValueError as e:
+        raise AmbiguousRecord(f"bad device list {text[:40]!r}") from e

@@ -1,0 +1,99 @@
+"""`squeue --json`: every job slurmctld holds, each field a separate JSON value.
+
+User text (comment, name, work dir) arrives as a JSON string and can never pose as another
+field, unlike the `Key=Value` text of `scontrol show job -o`. On 22.05 (data_parser
+v0.0.38) `-j`/`-p`/`-u` are ignored with `--json`: the answer is every job. From v0.0.40
+(23.11+) numbers may come as `{"set": bool, "infinite": bool, "number": N}` and
+`job_state` as a list; both shapes are read.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from typing import Any
+
+SQUEUE_JSON_ARGV = ["squeue", "--json"]
+MAX_JSON_BYTES = 1 << 30  # a 22.05 job is ~5 KB: room for ~200k jobs
+
+
+@dataclass(frozen=True)
+class QueuedJob:
+    job_id: int
+    state: str
+    user: str
+    name: str
+    partition: str
+    time_limit_min: int | None  # None: no limit (INFINITE / partition default unknown)
+    submit_time: float | None
+    start_time: float | None
+    admin_comment: str
+    gres_detail: tuple[str, ...]
+    nodes: str
+    tres_per_node: str = ""
+    features: str = ""
+    node_count: int = 1
+
+
+def _number(v: Any) -> float | None:
+    """A JSON number in either shape; None for unset, infinite or not a number."""
+    if isinstance(v, dict):
+        if not v.get("set", True) or v.get("infinite", False):
+            return None
+        v = v.get("number")
+    if isinstance(v, bool) or not isinstance(v, int | float):
+        return None
+    return float(v) if math.isfinite(v) else None
+
+
+def _text(v: Any) -> str:
+    return v if isinstance(v, str) else ""
+
+
+def _state(v: Any) -> str:
+    if isinstance(v, list):
+        v = v[0] if v else ""
+    return _text(v).upper()
+
+
+def parse_job(j: Any) -> QueuedJob:
+    """One job object → QueuedJob; ValueError when it lacks an id."""
+    if not isinstance(j, dict):
+        raise ValueError("job entry is not an object")
+    jid = _number(j.get("job_id"))
+    if jid is None or jid <= 0 or jid != int(jid):
+        raise ValueError(f"job entry without a valid job_id: {str(j.get('job_id'))[:40]!r}")
+    limit = _number(j.get("time_limit"))
+    # 22.05 reports "no limit" as 4294967295 (INFINITE) and unset as 4294967294 (NO_VAL).
+    if limit is not None and (limit < 0 or limit >= 0xFFFFFFFE):
+        limit = None
+    start = _number(j.get("start_time"))
+    submit = _number(j.get("submit_time"))
+    gres = j.get("gres_detail")
+    return QueuedJob(
+        job_id=int(jid), state=_state(j.get("job_state")), user=_text(j.get("user_name")),
+        name=_text(j.get("name")), partition=_text(j.get("partition")),
+        time_limit_min=None if limit is None else int(limit),
+        submit_time=submit if submit else None, start_time=start if start else None,
+        admin_comment=_text(j.get("admin_comment")),
+        gres_detail=tuple(g for g in gres if isinstance(g, str)) if isinstance(gres, list) else (),
+        nodes=_text(j.get("nodes")), tres_per_node=_text(j.get("tres_per_node")),
+        features=_text(j.get("features")), node_count=int(_number(j.get("node_count")) or 1))
+
+
+def parse_squeue_json(text: str) -> tuple[list[QueuedJob], list[str]]:
+    """(jobs, problems): a malformed job entry is skipped and named in `problems`, so one
+    bad job never hides the others. ValueError only when the document itself is unusable."""
+    if len(text) > MAX_JSON_BYTES:
+        raise ValueError(f"squeue --json answer of {len(text)} bytes is too large")
+    doc = json.loads(text)
+    if not isinstance(doc, dict) or not isinstance(doc.get("jobs"), list):
+        raise ValueError("squeue --json answer has no jobs list")
+    jobs, problems = [], []
+    for i, j in enumerate(doc["jobs"]):
+        try:
+            jobs.append(parse_job(j))
+        except ValueError as e:
+            problems.append(f"job entry {i}: {e}")
+    return jobs, problems
