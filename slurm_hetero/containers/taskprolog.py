@@ -39,14 +39,20 @@ def main(argv: Sequence[str]) -> int:
     job, node = os.environ.get("SLURM_JOB_ID", ""), os.environ.get("SLURMD_NODENAME", "")
     try:
         conf = NodeConfig.load(argv[1])
+    except HeteroError as e:
+        print(f"print slurm-hetero taskprolog: {e}".replace("\n", " "))
+        return 0
+    try:
         if not job or not node or not conf.gres_env:
             return 0
         if not any(g in conf.node(node).devices for g in conf.gres_env):
             return 0  # no such devices here: spare slurmctld the query
         lines = export_lines(conf.gres_env, job_allocation(job, node, conf.slurm_conf))
     except HeteroError as e:
-        # Never fail the task for this: say why its NPU variables are missing.
+        # Never fail the task for this: say why its NPU variables are missing, and unset
+        # them, so a value from the submit host does not pose as the allocation.
         print(f"print slurm-hetero taskprolog: {e}".replace("\n", " "))
+        sys.stdout.write("".join(line + "\n" for line in export_lines(conf.gres_env, {})))
         return 0
     sys.stdout.write("".join(line + "\n" for line in lines))
     return 0
