@@ -12,11 +12,13 @@ from slurm_hetero.bridge.snapshot import wait_for_pool
 from slurm_hetero.conf import Profile
 from slurm_hetero.devcluster import Cluster
 from slurm_hetero.slurm.jobs import sacct_jobs, submit, wait_done
-from slurm_hetero.slurm.parse import parse_kv_record
+from slurm_hetero.slurm.scontrol import parse_job_record, show_job_argv
 
 
 def show_job(c: Cluster, jid: int) -> dict[str, str]:
-    return parse_kv_record(c.runner.out(["scontrol", "show", "job", str(jid)]))
+    keys = ["TresPerNode", "Partition", "Features", "QOS", "AdminComment", "CpuFreqGov", "TresFreq",
+            "TimeLimit"]
+    return parse_job_record(c.runner.out(show_job_argv(jid)), keys, optional=keys)
 
 
 def sbatch(c: Cluster, *args: str) -> subprocess.CompletedProcess[str]:

@@ -18,7 +18,7 @@ from slurm_hetero.energy import agent
 from slurm_hetero.energy.comment import parse_comment
 from slurm_hetero.energy.fake import FakeDevices
 from slurm_hetero.slurm.jobs import sacct_jobs, submit, wait_done
-from slurm_hetero.slurm.parse import parse_job_gres_idx, parse_kv_record
+from slurm_hetero.slurm.scontrol import parse_job_devices, parse_job_record, show_job_argv
 
 DEFAULTS = {"clock_level": "default", "npu_mode": "normal"}
 
@@ -27,11 +27,11 @@ def devices_of(c: Cluster, jid: int) -> tuple[str, str, list[int]]:
     """(node, gres name, indices) of a running job, once the prolog has run."""
     deadline = time.monotonic() + 20
     while True:
-        out = c.runner.out(["scontrol", "show", "job", "-d", str(jid)])
-        rec = parse_kv_record(out)
-        node = rec.get("NodeList", "")
-        if rec.get("JobState") == "RUNNING" and (c.agent_dir / node / f"job-{jid}.json").exists():
-            idx = parse_job_gres_idx(out, node)
+        out = c.runner.out(show_job_argv(jid, detail=True))
+        rec = parse_job_record(out, ["NodeList", "JobState"])
+        node = rec["NodeList"]
+        if rec["JobState"] == "RUNNING" and (c.agent_dir / node / f"job-{jid}.json").exists():
+            idx = parse_job_devices(out, node)
             kind = next(iter(idx))
             return node, kind, idx[kind]
         assert time.monotonic() < deadline, out

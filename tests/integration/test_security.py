@@ -28,6 +28,7 @@ from slurm_hetero.site import Site
 from slurm_hetero.slurm.jobs import sacct_jobs, submit, wait_done
 from slurm_hetero.slurm.runner import Runner
 from slurm_hetero.slurm.scontrol import parse_job_record, show_job_argv
+from slurm_hetero.slurm.squeue import SQUEUE_JSON_ARGV, parse_squeue_json
 
 pytestmark = pytest.mark.integration
 
@@ -151,8 +152,9 @@ def test_the_daemon_grants_no_time_from_user_text_and_survives_it(cluster: Clust
                          extend=ExtendPolicy(margin_s=10**6), log=logs.append)
         d.run(rounds=3)
         assert not [ln for ln in logs if "limit" in ln or "failed" in ln], logs
+        queue = {j.job_id: j for j in parse_squeue_json(c.runner.out(SQUEUE_JSON_ARGV))[0]}
         for name, jid in ids.items():
-            assert record(c, jid, "TimeLimit")["TimeLimit"] == "00:03:00", name
+            assert queue[jid].time_limit_min == 3, name
         # The cluster's own daemon (it ran rounds over these jobs meanwhile) is alive.
         pid = int((c.run / "bridge.pid").read_text())
         assert os.path.exists(f"/proc/{pid}")
