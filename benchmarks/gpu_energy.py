@@ -21,7 +21,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from slurm_hetero.energy.agent import apply_policy
-from slurm_hetero.energy.devices import ControlUnsupported, DeviceLayer, open_devices
+from slurm_hetero.energy.backends import open_devices
+from slurm_hetero.energy.devices import ControlUnsupported, DeviceLayer
 from slurm_hetero.energy.fake import FakeDevices
 from slurm_hetero.energy.policies import DEFAULT_POLICIES, EnergyPolicy
 

@@ -211,7 +211,7 @@ def node_probe(site_path: Path | None, node_name: str | None, specs: tuple[str, 
 
     import yaml
 
-    from slurm_hetero.energy.devices import open_devices
+    from slurm_hetero.energy.backends import open_devices
     from slurm_hetero.energy.probe import drift, probe
     from slurm_hetero.site import load_site
 
@@ -254,7 +254,8 @@ def node_restore(node_name: str | None, everything: bool) -> None:
     """Restore the defaults of devices left changed by jobs that no longer run here."""
     import socket
 
-    from slurm_hetero.energy.agent import AgentConfig, config_path, job_gone, job_holds_devices, restore
+    from slurm_hetero.energy.agent import job_gone, job_holds_devices, restore
+    from slurm_hetero.energy.state import AgentConfig, config_path
 
     name = node_name or socket.gethostname().split(".")[0]
     alive = None if everything else (lambda job: job_holds_devices(job, name))
@@ -273,8 +274,8 @@ def node_sample(node_name: str | None, every: float, pidfile: Path | None) -> No
     import logging
     import socket
 
-    from slurm_hetero.energy.agent import AgentConfig, config_path
     from slurm_hetero.energy.sampler import serve
+    from slurm_hetero.energy.state import AgentConfig, config_path
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     name = node_name or socket.gethostname().split(".")[0]

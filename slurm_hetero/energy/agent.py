@@ -14,22 +14,22 @@ The config is `hetero-agent.json` next to slurm.conf (Slurm gives Prolog SLURM_C
 
 from __future__ import annotations
 
-import fcntl
 import json
 import logging
 import os
 import random
 import sys
 import time
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from slurm_hetero.energy.backends import open_devices
 from slurm_hetero.energy.comment import merge_comment, parse_comment
-from slurm_hetero.energy.devices import ControlUnsupported, DeviceInfo, DeviceLayer, Reading, open_devices
-from slurm_hetero.energy.policies import AutoRule, EnergyPolicy
+from slurm_hetero.energy.devices import ControlUnsupported, DeviceInfo, DeviceLayer, Reading
+from slurm_hetero.energy.policies import EnergyPolicy
+from slurm_hetero.energy.state import AgentConfig, NodeState, config_path
 from slurm_hetero.errors import RuntimeFailure
 from slurm_hetero.fileio import write_json_atomic as write_json
 from slurm_hetero.slurm.parse import parse_slurm_time
@@ -38,36 +38,6 @@ from slurm_hetero.slurm.scontrol import parse_id_list, parse_job_devices, parse_
 
 log = logging.getLogger("slurm-hetero.agent")
 KINDS = ("gpu", "npu")
-
-
-@dataclass
-class AgentConfig:
-    state_dir: Path
-    history: Path
-    groups: list[dict[str, str]]  # [{"nodes": hostlist, "devices": spec with {node}}]
-    policies: dict[str, EnergyPolicy]
-    auto: AutoRule
-    update_comment: bool = True
-
-    @classmethod
-    def load(cls, path: Path) -> AgentConfig:
-        d = json.loads(path.read_text())
-        return cls(state_dir=Path(d["state_dir"]), history=Path(d["history"]), groups=d["groups"],
-                   policies={k: EnergyPolicy(name=k, **v) for k, v in d["policies"].items()},
-                   auto=AutoRule(**d.get("auto", {})), update_comment=d.get("update_comment", True))
-
-    def devices_for(self, node: str) -> str | None:
-        from ClusterShell.NodeSet import NodeSet
-
-        for g in self.groups:
-            if node in NodeSet(g["nodes"]):
-                return g["devices"].replace("{node}", node)
-        return None
-
-
-def config_path() -> Path:
-    conf = os.environ.get("SLURM_CONF", "/etc/slurm/slurm.conf")
-    return Path(os.environ.get("SLURM_HETERO_AGENT", Path(conf).parent / "hetero-agent.json"))
 
 
 # Slurm access through the project's one runner (argv lists, timeouts); Slurm gives the
@@ -122,50 +92,6 @@ def requested_policy(admin_comment: str) -> str | None:
         return None
     value = d.get("energy")
     return value if isinstance(value, str) else None
-
-
-# ---- state on disk ------------------------------------------------------------------------
-
-class NodeState:
-    """Per node: one file per running job (counters, policy) and one per changed device."""
-
-    def __init__(self, cfg: AgentConfig, node: str):
-        self.dir = cfg.state_dir / node
-        self.dir.mkdir(parents=True, exist_ok=True)
-
-    def job_file(self, job_id: str) -> Path:
-        return self.dir / f"job-{job_id}.json"
-
-    def owner_file(self, kind: str, index: int) -> Path:
-        return self.dir / f"dev-{kind}{index}.json"
-
-    def owner(self, kind: str, index: int) -> str | None:
-        try:
-            return str(json.loads(self.owner_file(kind, index).read_text())["job"])
-        except (OSError, ValueError, KeyError):
-            return None
-
-    @contextmanager
-    def lock(self) -> Iterator[None]:
-        """Prolog, epilog and restore change devices and owner files one at a time."""
-        with open(self.dir / ".lock", "w") as f:
-            fcntl.flock(f, fcntl.LOCK_EX)
-            yield
-
-    def owner_age(self, kind: str, index: int) -> float:
-        try:
-            return time.time() - self.owner_file(kind, index).stat().st_mtime
-        except OSError:
-            return float("inf")
-
-    def owners(self) -> dict[tuple[str, int], str]:
-        out = {}
-        for f in self.dir.glob("dev-*.json"):
-            kind, idx = f.stem[4:7], int(f.stem[7:])
-            job = self.owner(kind, idx)
-            if job:
-                out[(kind, idx)] = job
-        return out
 
 
 def restore_device(dev: DeviceLayer, st: NodeState, kind: str, index: int) -> None:

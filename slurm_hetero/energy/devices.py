@@ -9,10 +9,8 @@ The fake is never a silent fallback: a node without NVML simply has no NVML devi
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Protocol
 
 
@@ -107,39 +105,3 @@ class NoDevices:
 
     def reset(self, index: int) -> None:
         return None
-
-
-def open_devices(spec: str | None = None, state_dir: Path | None = None) -> DeviceLayer:
-    """The backend named by spec (or $SLURM_HETERO_DEVICES, default `nvml`).
-    `sampled:SPEC` is SPEC with the counters `node sample` keeps in state_dir."""
-    spec = spec or os.environ.get("SLURM_HETERO_DEVICES") or "nvml"
-    if spec.startswith("sampled:"):
-        from slurm_hetero.energy.sampler import SampledDevices
-
-        if state_dir is None:
-            from slurm_hetero.errors import InputError
-
-            raise InputError(f"devices {spec!r}: a sampled backend needs the node's state folder")
-        return SampledDevices(open_devices(spec.removeprefix("sampled:")), state_dir)
-    if spec == "nvml":
-        from slurm_hetero.energy.nvml import NvmlDevices
-
-        return NvmlDevices()
-    if spec == "amdsmi":
-        from slurm_hetero.energy.amd import AmdSmiDevices
-
-        return AmdSmiDevices()
-    if spec == "npu-smi":
-        from slurm_hetero.energy.npusmi import NpuSmiDevices
-
-        return NpuSmiDevices()
-    if spec == "none":
-        return NoDevices()
-    if spec.startswith("fake:"):
-        from slurm_hetero.energy.fake import FakeDevices
-
-        return FakeDevices(spec.removeprefix("fake:"))
-    from slurm_hetero.errors import InputError
-
-    raise InputError(f"devices {spec!r}: use nvml, amdsmi, npu-smi, none or fake:PATH, "
-                     "optionally after sampled:")

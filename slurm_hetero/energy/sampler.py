@@ -23,17 +23,16 @@ import signal
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from slurm_hetero.energy.devices import ControlUnsupported, DeviceInfo, DeviceLayer, Reading
+from slurm_hetero.energy.backends import open_devices
+from slurm_hetero.energy.devices import ControlUnsupported, DeviceLayer
+from slurm_hetero.energy.sampled import COUNTERS
+from slurm_hetero.energy.state import AgentConfig, NodeState
 from slurm_hetero.errors import InputError
 from slurm_hetero.fileio import write_json_atomic
 
-if TYPE_CHECKING:
-    from slurm_hetero.energy.agent import AgentConfig
-
 log = logging.getLogger("slurm-hetero.sampler")
-COUNTERS = "samples.json"
 
 
 def sample_once(dev: DeviceLayer, path: Path, now: float, max_gap: float) -> dict[str, Any]:
@@ -79,9 +78,6 @@ def serve(cfg: AgentConfig, node: str, every: float, stop: Callable[[], bool] | 
           pidfile: Path | None = None) -> None:
     """`node sample`: the counters of this node's sampled backend, in its agent state,
     until stop() (default: until SIGTERM)."""
-    from slurm_hetero.energy.agent import NodeState
-    from slurm_hetero.energy.devices import open_devices
-
     spec = cfg.devices_for(node)
     if spec is None or not spec.startswith("sampled:"):
         raise InputError(f"node {node}: the agent config gives it {spec or 'no devices'}, "
@@ -98,56 +94,3 @@ def serve(cfg: AgentConfig, node: str, every: float, stop: Callable[[], bool] | 
     finally:
         if pidfile:
             pidfile.unlink(missing_ok=True)
-
-
-class SampledDevices:
-    """A backend plus the counters its sampler keeps; controls go to the backend."""
-
-    def __init__(self, inner: DeviceLayer, state_dir: Path):
-        self.inner, self.path = inner, state_dir / COUNTERS
-        self.name = f"sampled:{inner.name}"
-
-    def devices(self) -> list[DeviceInfo]:
-        return self.inner.devices()
-
-    def read(self, index: int) -> Reading:
-        r = self.inner.read(index)
-        c = self._counters(index, r.timestamp)
-        if c is None:
-            return r
-        # Carry the counters forward from the last sample with the last figures, so that a
-        # job's start and end fall between samples without losing up to `every` seconds.
-        # A device with its own energy counter (sampled:nvml, for whole-job utilisation)
-        # keeps it: the sampler's is the estimate.
-        ahead = max(0.0, r.timestamp - c["t"])
-        own = r.energy_j is not None
-        return Reading(energy_j=r.energy_j if own else c["energy_j"] + c["power_w"] * ahead,
-                       power_w=r.power_w, util=r.util, timestamp=r.timestamp,
-                       busy_s=c["busy_s"] + c["util"] * ahead, covered_s=c["covered_s"] + ahead,
-                       energy_sampled=not own)
-
-    def _counters(self, index: int, now: float) -> dict[str, Any] | None:
-        try:
-            state = json.loads(self.path.read_text())
-            c: dict[str, Any] = state["devices"][str(index)]
-        except (OSError, ValueError, KeyError):
-            return None
-        if now - c["t"] > max(10.0, float(state.get("max_gap", 0))):
-            log.warning("device %d: counters %.0f s old: is `node sample` running?", index, now - c["t"])
-            return None
-        return c
-
-    def mean_util(self, index: int, since: float) -> float | None:
-        return self.inner.mean_util(index, since)
-
-    def set_power_limit(self, index: int, watts: float) -> None:
-        self.inner.set_power_limit(index, watts)
-
-    def set_gpu_clock_level(self, index: int, level: str) -> None:
-        self.inner.set_gpu_clock_level(index, level)
-
-    def set_npu_power_mode(self, index: int, mode: str) -> None:
-        self.inner.set_npu_power_mode(index, mode)
-
-    def reset(self, index: int) -> None:
-        self.inner.reset(index)

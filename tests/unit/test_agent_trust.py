@@ -13,6 +13,7 @@ import pytest
 from slurm_hetero.energy import agent
 from slurm_hetero.energy.fake import FakeDevices
 from slurm_hetero.energy.policies import DEFAULT_POLICIES, AutoRule
+from slurm_hetero.energy.state import AgentConfig, NodeState
 from slurm_hetero.slurm.scontrol import AmbiguousRecord
 
 DATA = Path(__file__).resolve().parents[1] / "data"
@@ -63,7 +64,7 @@ def test_forged_detail_line_leaves_the_devices_alone(monkeypatch: pytest.MonkeyP
 
 def test_a_prolog_stopped_midway_is_undone_by_the_epilog(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     FakeDevices.create(tmp_path / "gpu.json", "gpu", 4, "h100", default_w=700)
-    cfg = agent.AgentConfig(state_dir=tmp_path / "agent", history=tmp_path / "agent/history.jsonl",
+    cfg = AgentConfig(state_dir=tmp_path / "agent", history=tmp_path / "agent/history.jsonl",
                             groups=[{"nodes": "g01", "devices": f"fake:{tmp_path}/gpu.json"}],
                             policies={p.name: p for p in DEFAULT_POLICIES}, auto=AutoRule(),
                             update_comment=False)
@@ -90,10 +91,10 @@ def test_a_prolog_stopped_midway_is_undone_by_the_epilog(monkeypatch: pytest.Mon
 
 def test_restore_survives_one_job_it_cannot_tell(tmp_path: Path) -> None:
     FakeDevices.create(tmp_path / "gpu.json", "gpu", 2, "h100", default_w=700)
-    cfg = agent.AgentConfig(state_dir=tmp_path / "agent", history=tmp_path / "agent/history.jsonl",
+    cfg = AgentConfig(state_dir=tmp_path / "agent", history=tmp_path / "agent/history.jsonl",
                             groups=[{"nodes": "g01", "devices": f"fake:{tmp_path}/gpu.json"}],
                             policies={p.name: p for p in DEFAULT_POLICIES}, auto=AutoRule())
-    st = agent.NodeState(cfg, "g01")
+    st = NodeState(cfg, "g01")
     for i, job in ((0, "7"), (1, "8")):
         (st.owner_file("gpu", i)).write_text(json.dumps({"job": job}))
     import os

@@ -19,7 +19,8 @@ from typing import Any
 import pytest
 
 from slurm_hetero.energy import agent, amd, nvml
-from slurm_hetero.energy.devices import ControlUnsupported, open_devices
+from slurm_hetero.energy.backends import open_devices
+from slurm_hetero.energy.devices import ControlUnsupported
 from slurm_hetero.energy.policies import DEFAULT_POLICIES
 from slurm_hetero.energy.probe import match_model, probe
 from slurm_hetero.site import load_site

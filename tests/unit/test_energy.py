@@ -12,11 +12,12 @@ import pytest
 
 from slurm_hetero.conf import Profile, render_site
 from slurm_hetero.energy import agent
+from slurm_hetero.energy.backends import open_devices
 from slurm_hetero.energy.comment import merge_comment, parse_comment
-from slurm_hetero.energy.devices import open_devices
 from slurm_hetero.energy.fake import FakeDevices
 from slurm_hetero.energy.npusmi import parse_npu_smi_info
 from slurm_hetero.energy.policies import DEFAULT_POLICIES, AutoRule, EnergyPolicy, parse_power_cap
+from slurm_hetero.energy.state import AgentConfig
 from slurm_hetero.errors import InputError, RuntimeFailure
 from slurm_hetero.site import load_site, load_site_text
 from slurm_hetero.site.load import SiteError
@@ -115,9 +116,9 @@ def test_no_silent_fake() -> None:
 # ---- the agent on the fake device layer ----------------------------------------------------
 
 @pytest.fixture
-def cfg(tmp_path: Path) -> agent.AgentConfig:
+def cfg(tmp_path: Path) -> AgentConfig:
     FakeDevices.create(tmp_path / "gpu-node.json", "gpu", 8, "h100", default_w=700, load=0.3)
-    return agent.AgentConfig(
+    return AgentConfig(
         state_dir=tmp_path / "agent", history=tmp_path / "agent" / "history.jsonl",
         groups=[{"nodes": "g01", "devices": f"fake:{tmp_path}/gpu-node.json"}],
         policies={p.name: p for p in DEFAULT_POLICIES}, auto=AutoRule())
@@ -135,7 +136,7 @@ def jobs(monkeypatch: pytest.MonkeyPatch) -> dict[str, agent.JobView]:
     return table
 
 
-def fake(cfg: agent.AgentConfig) -> FakeDevices:
+def fake(cfg: AgentConfig) -> FakeDevices:
     spec = cfg.devices_for("g01")
     assert spec
     return FakeDevices(spec.removeprefix("fake:"))
@@ -146,7 +147,7 @@ def view(job_id: str, energy: str | None, idx: list[int], name: str = "train") -
     return agent.JobView(job_id, "alice", name, comment, {"gpu": idx})
 
 
-def test_policy_applied_to_allocated_devices_only_then_restored(cfg: agent.AgentConfig,
+def test_policy_applied_to_allocated_devices_only_then_restored(cfg: AgentConfig,
                                                                 jobs: dict[str, Any]) -> None:
     jobs["1"] = view("1", "efficiency", [2, 5])
     rec = agent.prolog(cfg, "1", "g01")
@@ -167,7 +168,7 @@ def test_policy_applied_to_allocated_devices_only_then_restored(cfg: agent.Agent
     assert not list((cfg.state_dir / "g01").glob("*.json"))
 
 
-def test_no_policy_still_meters(cfg: agent.AgentConfig, jobs: dict[str, Any]) -> None:
+def test_no_policy_still_meters(cfg: AgentConfig, jobs: dict[str, Any]) -> None:
     jobs["2"] = view("2", None, [0])
     assert agent.prolog(cfg, "2", "g01")["policy"] is None
     assert fake(cfg).state(0)["limit_w"] == 700
@@ -175,7 +176,7 @@ def test_no_policy_still_meters(cfg: agent.AgentConfig, jobs: dict[str, Any]) ->
     assert summary and "policy" not in summary and summary["devices"][0]["energy_j"] >= 0
 
 
-def test_auto_uses_the_jobs_own_history(cfg: agent.AgentConfig, jobs: dict[str, Any]) -> None:
+def test_auto_uses_the_jobs_own_history(cfg: AgentConfig, jobs: dict[str, Any]) -> None:
     for jid in ("10", "11"):  # two low-utilisation runs of the same job name (fake load 0.3)
         jobs[jid] = view(jid, "balanced", [0])
         agent.prolog(cfg, jid, "g01")
@@ -187,7 +188,7 @@ def test_auto_uses_the_jobs_own_history(cfg: agent.AgentConfig, jobs: dict[str, 
     assert agent.prolog(cfg, "13", "g01")["policy"] == "balanced"
 
 
-def test_crash_between_prolog_and_epilog_is_repaired(cfg: agent.AgentConfig, jobs: dict[str, Any]) -> None:
+def test_crash_between_prolog_and_epilog_is_repaired(cfg: AgentConfig, jobs: dict[str, Any]) -> None:
     jobs["20"] = view("20", "efficiency", [3])
     agent.prolog(cfg, "20", "g01")  # ... and the node dies: no epilog
     dev = fake(cfg)
@@ -211,7 +212,7 @@ def test_crash_between_prolog_and_epilog_is_repaired(cfg: agent.AgentConfig, job
     assert not list((cfg.state_dir / "g01").glob("job-*.json"))
 
 
-def test_prolog_is_idempotent(cfg: agent.AgentConfig, jobs: dict[str, Any]) -> None:
+def test_prolog_is_idempotent(cfg: AgentConfig, jobs: dict[str, Any]) -> None:
     jobs["30"] = view("30", "efficiency", [1])
     agent.prolog(cfg, "30", "g01")
     agent.prolog(cfg, "30", "g01")  # Slurm may retry a prolog

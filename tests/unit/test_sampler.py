@@ -9,9 +9,13 @@ from pathlib import Path
 import pytest
 
 from slurm_hetero.energy import agent
-from slurm_hetero.energy.devices import ControlUnsupported, DeviceInfo, Reading, open_devices
+from slurm_hetero.energy.backends import open_devices
+from slurm_hetero.energy.devices import ControlUnsupported, DeviceInfo, Reading
 from slurm_hetero.energy.fake import FakeDevices
-from slurm_hetero.energy.sampler import COUNTERS, SampledDevices, run, sample_once, serve
+from slurm_hetero.energy.policies import AutoRule
+from slurm_hetero.energy.sampled import COUNTERS, SampledDevices
+from slurm_hetero.energy.sampler import run, sample_once, serve
+from slurm_hetero.energy.state import AgentConfig
 from slurm_hetero.errors import InputError
 
 
@@ -87,9 +91,9 @@ def test_serve_meters_a_counterless_fake_and_the_agent_reads_it(tmp_path: Path,
                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     FakeDevices.create(tmp_path / "npu.json", "npu", 2, "ascend-910b", default_w=400, load=0.5,
                        counter=False)
-    cfg = agent.AgentConfig(state_dir=tmp_path / "agent", history=tmp_path / "agent" / "h.jsonl",
+    cfg = AgentConfig(state_dir=tmp_path / "agent", history=tmp_path / "agent" / "h.jsonl",
                             groups=[{"nodes": "n01", "devices": f"sampled:fake:{tmp_path}/npu.json"}],
-                            policies={}, auto=agent.AutoRule())
+                            policies={}, auto=AutoRule())
     assert FakeDevices(tmp_path / "npu.json").read(0).energy_j is None
     rounds: list[int] = []
 
