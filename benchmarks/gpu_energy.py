@@ -24,7 +24,7 @@ from slurm_hetero.energy.agent import apply_policy
 from slurm_hetero.energy.backends import open_devices
 from slurm_hetero.energy.devices import ControlUnsupported, DeviceLayer
 from slurm_hetero.energy.fake import FakeDevices
-from slurm_hetero.energy.policies import DEFAULT_POLICIES, EnergyPolicy
+from slurm_hetero.site.policies import DEFAULT_POLICIES, EnergyPolicy
 
 Chunk = Callable[[int], None]  # runs n units of work and waits for the device
 

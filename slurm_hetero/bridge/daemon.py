@@ -24,9 +24,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from slurm_hetero.bridge.snapshot import take_snapshot
-from slurm_hetero.energy.comment import parse_comment
 from slurm_hetero.errors import RuntimeFailure
 from slurm_hetero.site.model import Site
+from slurm_hetero.slurm.comment import parse_comment
 from slurm_hetero.slurm.runner import Runner
 from slurm_hetero.slurm.squeue import SQUEUE_JSON_ARGV, QueuedJob, parse_squeue_json
 

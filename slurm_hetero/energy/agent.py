@@ -26,12 +26,12 @@ from pathlib import Path
 from typing import Any
 
 from slurm_hetero.energy.backends import open_devices
-from slurm_hetero.energy.comment import merge_comment, parse_comment
 from slurm_hetero.energy.devices import ControlUnsupported, DeviceInfo, DeviceLayer, Reading
-from slurm_hetero.energy.policies import EnergyPolicy
 from slurm_hetero.energy.state import AgentConfig, NodeState, config_path
 from slurm_hetero.errors import RuntimeFailure
 from slurm_hetero.fileio import write_json_atomic as write_json
+from slurm_hetero.site.policies import EnergyPolicy
+from slurm_hetero.slurm.comment import merge_comment, parse_comment
 from slurm_hetero.slurm.parse import parse_slurm_time
 from slurm_hetero.slurm.runner import Runner
 from slurm_hetero.slurm.scontrol import parse_id_list, parse_job_devices, parse_job_record, show_job_argv

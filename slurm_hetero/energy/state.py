@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from slurm_hetero.energy.policies import AutoRule, EnergyPolicy
+from slurm_hetero.site.policies import AutoRule, EnergyPolicy
 from slurm_hetero.slurm import hostlist
 
 

@@ -15,8 +15,8 @@ from click.testing import CliRunner
 from slurm_hetero.cli import main
 from slurm_hetero.devcluster import Cluster
 from slurm_hetero.energy import agent
-from slurm_hetero.energy.comment import parse_comment
 from slurm_hetero.energy.fake import FakeDevices
+from slurm_hetero.slurm.comment import parse_comment
 from slurm_hetero.slurm.jobs import sacct_jobs, submit, wait_done
 from slurm_hetero.slurm.scontrol import parse_job_devices, parse_job_record, show_job_argv
 

@@ -22,9 +22,9 @@ from slurm_hetero.bridge.daemon import BridgeDaemon, ExtendPolicy
 from slurm_hetero.conf.render import Profile
 from slurm_hetero.devcluster import Cluster
 from slurm_hetero.devcluster.procs import wait_until
-from slurm_hetero.energy.comment import parse_comment
 from slurm_hetero.energy.fake import FakeDevices
 from slurm_hetero.site import Site
+from slurm_hetero.slurm.comment import parse_comment
 from slurm_hetero.slurm.jobs import sacct_jobs, submit, wait_done
 from slurm_hetero.slurm.runner import Runner
 from slurm_hetero.slurm.scontrol import parse_job_record, show_job_argv

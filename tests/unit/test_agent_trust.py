@@ -12,8 +12,8 @@ import pytest
 
 from slurm_hetero.energy import agent
 from slurm_hetero.energy.fake import FakeDevices
-from slurm_hetero.energy.policies import DEFAULT_POLICIES, AutoRule
 from slurm_hetero.energy.state import AgentConfig, NodeState
+from slurm_hetero.site.policies import DEFAULT_POLICIES, AutoRule
 from slurm_hetero.slurm.scontrol import AmbiguousRecord
 
 DATA = Path(__file__).resolve().parents[1] / "data"

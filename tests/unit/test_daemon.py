@@ -65,7 +65,7 @@ def test_user_limit_must_be_sane_minutes(value: object, expected: int | None) ->
 
 
 def test_deep_or_huge_admin_comments_do_not_raise() -> None:
-    from slurm_hetero.energy.comment import parse_comment
+    from slurm_hetero.slurm.comment import parse_comment
 
     assert parse_comment("{" + '"a":[' * 100_000 + "]" * 100_000 + "}") == {}
     assert parse_comment('{"x":"' + "y" * 200_000 + '"}') == {}

@@ -21,9 +21,9 @@ import pytest
 from slurm_hetero.energy import agent, amd, nvml
 from slurm_hetero.energy.backends import open_devices
 from slurm_hetero.energy.devices import ControlUnsupported
-from slurm_hetero.energy.policies import DEFAULT_POLICIES
 from slurm_hetero.energy.probe import match_model, probe
 from slurm_hetero.site import load_site
+from slurm_hetero.site.policies import DEFAULT_POLICIES
 from tests.unit.test_energy import DEMO
 
 POLICIES = {p.name: p for p in DEFAULT_POLICIES}

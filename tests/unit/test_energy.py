@@ -13,14 +13,14 @@ import pytest
 from slurm_hetero.conf import Profile, render_site
 from slurm_hetero.energy import agent
 from slurm_hetero.energy.backends import open_devices
-from slurm_hetero.energy.comment import merge_comment, parse_comment
 from slurm_hetero.energy.fake import FakeDevices
 from slurm_hetero.energy.npusmi import parse_npu_smi_info
-from slurm_hetero.energy.policies import DEFAULT_POLICIES, AutoRule, EnergyPolicy, parse_power_cap
 from slurm_hetero.energy.state import AgentConfig
 from slurm_hetero.errors import InputError, RuntimeFailure
 from slurm_hetero.site import load_site, load_site_text
 from slurm_hetero.site.load import SiteError
+from slurm_hetero.site.policies import DEFAULT_POLICIES, AutoRule, EnergyPolicy, parse_power_cap
+from slurm_hetero.slurm.comment import merge_comment, parse_comment
 
 ROOT = Path(__file__).resolve().parents[2]
 DEMO = ROOT / "site" / "demo" / "site.yaml"

@@ -12,11 +12,11 @@ from slurm_hetero.energy import agent
 from slurm_hetero.energy.backends import open_devices
 from slurm_hetero.energy.devices import ControlUnsupported, DeviceInfo, Reading
 from slurm_hetero.energy.fake import FakeDevices
-from slurm_hetero.energy.policies import AutoRule
 from slurm_hetero.energy.sampled import COUNTERS, SampledDevices
 from slurm_hetero.energy.sampler import run, sample_once, serve
 from slurm_hetero.energy.state import AgentConfig
 from slurm_hetero.errors import InputError
+from slurm_hetero.site.policies import AutoRule
 
 
 class Scripted:
