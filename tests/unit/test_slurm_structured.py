@@ -150,3 +150,33 @@ def test_squeue_json_skips_a_bad_entry_and_reads_newer_shapes() -> None:
         parse_squeue_json('{"meta": {}}')
     with pytest.raises(ValueError):
         parse_job({"job_id": True})
+
+
+# ---- Slurm 24.11 (Debian 13), captured with tests/data/captured/capture-24.11.sh ----------------
+
+def test_24_11_records_are_read_the_same_way() -> None:
+    forged = captured("scontrol-job-d-injected-24.11.txt")
+    with pytest.raises(AmbiguousRecord, match="n01"):
+        parse_job_devices(forged, "n01")
+    inline = captured("scontrol-job-d-inline-injected-24.11.txt")
+    assert parse_job_devices(inline, "g01") == {"gpu": [0, 1]}
+    with pytest.raises(AmbiguousRecord, match="TimeLimit="):
+        parse_job_record(inline, ["TimeLimit"])
+    pending = captured("scontrol-job-pending-24.11.txt")
+    assert parse_job_record(pending, ["JobState", "JobName"]) == {"JobState": "PENDING", "JobName": "p"}
+
+
+def test_24_11_count_only_gres_has_no_indices() -> None:
+    # 24.11 prints `GRES=npu:910b(CNT:2)` for a GRES without File=: no device to map.
+    text = ("JobId=1 JobName=x\n     Nodes=n01 CPU_IDs=0 Mem=8000 GRES=npu:910b(CNT:2)\n")
+    assert parse_job_devices(text, "n01") == {}
+
+
+def test_24_11_squeue_json() -> None:
+    jobs, problems = parse_squeue_json(captured("squeue-json-24.11.json"))
+    assert problems == []
+    by_id = {j.job_id: j for j in jobs}
+    assert by_id[1].state == "RUNNING" and by_id[1].time_limit_min == 2880
+    assert by_id[2].time_limit_min == 10 and by_id[2].tres_per_node == "gres/gpu:h100:2"
+    assert by_id[3].state == "PENDING" and by_id[3].time_limit_min == 5 and by_id[3].start_time is None
+    assert by_id[3].name.startswith("p\n") and by_id[2].gres_detail == ("gpu:h100:2(IDX:0-1)",)

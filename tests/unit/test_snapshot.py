@@ -1,0 +1,45 @@
+"""The capacity snapshot from sinfo and the queue (`squeue --json`), on Slurm 22.05 and
+24.11 output: a feature expression with `|` or a `gres/` prefix changes nothing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from slurm_hetero.bridge.snapshot import build_snapshot, to_lua
+from slurm_hetero.site import Site, load_site
+from slurm_hetero.slurm.squeue import QueuedJob, parse_squeue_json
+
+ROOT = Path(__file__).resolve().parents[2]
+CAPTURED = ROOT / "tests" / "data" / "captured"
+
+
+@pytest.fixture(scope="module")
+def site() -> Site:
+    return load_site(ROOT / "site" / "demo" / "site.yaml")
+
+
+def pending(tres: str, features: str = "", nodes: int = 1) -> QueuedJob:
+    return QueuedJob(job_id=1, state="PENDING", user="u", name="n", partition="gpu",
+                     time_limit_min=5, submit_time=None, start_time=None, admin_comment="",
+                     gres_detail=(), nodes="", tres_per_node=tres, features=features, node_count=nodes)
+
+
+def test_24_11_sinfo_and_queue(site: Site) -> None:
+    jobs, _ = parse_squeue_json((CAPTURED / "squeue-json-24.11.json").read_text())
+    caps = build_snapshot(site, (CAPTURED / "sinfo-snapshot-24.11.txt").read_text(), jobs)
+    h100 = caps["h100@x86_64"]
+    # g01: 4 H100, 2 in use; job 3 waits for one (`gres/gpu:h100:1`).
+    assert (h100.total, h100.free, h100.free_max_node, h100.pending) == (4, 2, 2, 1)
+    assert caps["ascend-910b@aarch64"].total == 8 and caps["ascend-910b@aarch64"].free == 6
+
+
+def test_pending_counts_per_arch_and_node(site: Site) -> None:
+    jobs = [pending("gres:gpu:gh200:1", "aarch64|x86_64", nodes=2), pending("gres/gpu:v100:2"),
+            pending("gres:gpu:1", "x86_64")]
+    caps = build_snapshot(site, "", jobs)
+    assert caps["gh200@aarch64"].pending == 2
+    assert caps["v100@x86_64"].pending == 2 + 1  # an untyped gpu request counts for every model
+    assert caps["gh200@aarch64"].free == 0
+    assert "return { generated_at = 7, pools = {" in to_lua(caps, 7.0)
