@@ -6,14 +6,16 @@ derives from it. It has no mounts, so every mount in slurmstepd's copy is Slurm'
 
 busybox bundles stand in for real images in tests, the demo and the benchmark: one static
 busybox, its applets as symlinks, and /etc/hetero-variant naming the variant, so a job can
-print which variant it runs in.
+print which variant it runs in. Like any image of a site they hold, as empty folders, the
+mount points containers need (the site's mount destinations, the stack's driver folders,
+Slurm's spool mount): the wrapper refuses to let runc create one in a shared image.
 """
 
 from __future__ import annotations
 
 import shutil
 import subprocess
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +25,8 @@ from slurm_hetero.fileio import write_json_atomic
 from slurm_hetero.site.model import Site
 
 BUSYBOX = "/bin/busybox"
+# Slurm 23.02+ mounts the step's spool folder here.
+SLURM_MOUNT_POINTS = ("/var/run/slurm",)
 
 
 def _write_json(path: Path, data: Mapping[str, Any]) -> None:
@@ -98,14 +102,20 @@ def _applets(busybox: str) -> list[str]:
 
 
 def busybox_bundle(dest: str | Path, label: str, env: Mapping[str, str] | None = None,
-                   busybox: str = BUSYBOX) -> Path:
-    """A runnable bundle at dest: rootfs/bin/busybox (+ applets), /etc/hetero-variant = label."""
+                   busybox: str = BUSYBOX, mount_points: Iterable[str] = ()) -> Path:
+    """A runnable bundle at dest: rootfs/bin/busybox (+ applets), /etc/hetero-variant = label,
+    and empty folders at `mount_points` (absolute paths inside the image)."""
     dest = Path(dest)
     rootfs = dest / "rootfs"
     if rootfs.exists():
         shutil.rmtree(rootfs)
     for d in ("bin", "etc", "proc", "sys", "dev", "tmp"):
         (rootfs / d).mkdir(parents=True, exist_ok=True)
+    for p in mount_points:
+        parts = [x for x in p.split("/") if x]
+        if not p.startswith("/") or not parts or any(x in (".", "..") for x in parts):
+            raise RuntimeFailure(f"mount point {p!r}: an absolute path without '.' or '..' is needed")
+        (rootfs.joinpath(*parts)).mkdir(parents=True, exist_ok=True)
     shutil.copy2(busybox, rootfs / "bin" / "busybox")
     for applet in _applets(busybox):
         link = rootfs / "bin" / applet
@@ -122,8 +132,10 @@ def busybox_variants(site: Site, images_root: str, busybox: str = BUSYBOX) -> li
     """A busybox bundle for every variant of every catalog image, where the wrapper looks
     (the aarch64 ones hold the host's busybox: the dev cluster emulates aarch64 nodes)."""
     out = []
+    site_points = [*SLURM_MOUNT_POINTS, *(m.destination for m in site.containers.mounts)]
     for img in site.images.values():
         for v in img.variants:
+            points = [*site_points, *site.containers.driver_dirs.get(v.stack, ())]
             out.append(busybox_bundle(img.bundle_path(v, images_root), f"{img.ref} {v.label}",
-                                      busybox=busybox))
+                                      busybox=busybox, mount_points=points))
     return out

@@ -6,6 +6,11 @@ the command, the job's environment and Slurm's own mounts (batch script, stdio).
 device nodes of the job's allocated accelerators, their visible-device variables
 renumbered from 0, the node's fabric settings, the admin's mounts and the user's requested
 mounts that the admin's allowlist covers. Nothing else of the host appears.
+
+The image's rootfs is shared by every job that runs it, so nothing of a job may change it:
+the root is always read-only, and no mount may make runc create its mount point there (a
+user's destination must exist in the image, resolved inside it, or lie in a tmpfs; see
+`locate`).
 """
 
 from __future__ import annotations
@@ -114,13 +119,22 @@ def driver_mounts(node: NodeFacts, stacks: Iterable[str],
 
 
 def _clean_abs(path: str, what: str) -> str:
+    """A user's path as written: absolute, normalized, printable; never silently rewritten."""
     if "\0" in path:
         raise MountRefused(f"{MOUNTS_VAR}: {what} contains a NUL byte")
+    bad = next((c for c in path if c < " " or c == "\x7f"), None)
+    if bad is not None:
+        raise MountRefused(f"{MOUNTS_VAR}: {what} {path!r} contains a control character "
+                           f"(U+{ord(bad):04X}); paths are printable text")
     if not path.startswith("/"):
         raise MountRefused(f"{MOUNTS_VAR}: {what} {path!r} must be an absolute path")
-    if ".." in path.split("/"):
+    parts = path.split("/")
+    if ".." in parts:
         raise MountRefused(f"{MOUNTS_VAR}: {what} {path!r} must not contain '..'")
-    return posixpath.normpath(path)
+    if path != "/" and ("" in parts[1:] or "." in parts):
+        raise MountRefused(f"{MOUNTS_VAR}: {what} {path!r} is not a normalized path (no '.', '//' "
+                           f"or trailing '/'): write {posixpath.normpath(path)}")
+    return path
 
 
 def _under(path: str, root: str) -> bool:
@@ -139,17 +153,153 @@ def parse_mount_requests(text: str) -> list[tuple[str, str | None, str | None]]:
     return out
 
 
-def check_mounts(text: str, allowlist: list[BindMount], host_root: str = "") -> list[dict[str, Any]]:
-    """OCI mounts for the user's requests; MountRefused for anything outside the allowlist.
+# ---- where a mount lands in the image --------------------------------------------------------
+# The image's rootfs on the host is shared by every job that runs the image. runc creates a
+# missing mount point (mkdir, or an empty file) in it, on the host, before it makes the root
+# read-only: a user's destination that the image lacks would change the shared image. So
+# every destination is located the way runc will locate it, and only these are accepted:
+# one that exists in the image, one on a mount point made earlier in the same config, and
+# one inside a tmpfs of the config (created in that tmpfs: the container's own memory).
+
+_MAX_LINKS = 40  # as the kernel's limit on symlinks in one lookup
+
+
+@dataclass(frozen=True)
+class Location:
+    """Where a destination lands: `path`, the image's symlinks resolved inside the rootfs;
+    `holder`: the earlier mount whose tree holds it (None: the image's own tree) and
+    `holder_at` its path; `missing`: the first part of the path the image lacks (only
+    when the image holds it)."""
+
+    path: str
+    holder: Mapping[str, Any] | None
+    holder_at: str | None
+    missing: str | None
+
+    @property
+    def in_tmpfs(self) -> bool:
+        return self.holder is not None and self.holder.get("type") == "tmpfs"
+
+
+def _holder(path: str, placed: Mapping[str, Mapping[str, Any]]
+            ) -> tuple[str | None, Mapping[str, Any] | None]:
+    at = path
+    while at:
+        if at in placed:
+            return at, placed[at]
+        at = at.rsplit("/", 1)[0]
+    return None, None
+
+
+def locate(rootfs: str, dest: str, placed: Mapping[str, Mapping[str, Any]]) -> Location:
+    """Resolve `dest` as runc does, never leaving the rootfs: a symlink's absolute target
+    starts again at the rootfs, '..' stops at it. `placed`: earlier mounts by the path
+    they landed on. Inside a mount nothing is looked up (a tmpfs starts empty; a bind
+    holds a host folder, which is not the image)."""
+    todo = [p for p in dest.split("/") if p not in ("", ".")]
+    cur = ""  # the resolved path so far ("" is the root)
+    at, holder = _holder(cur, placed)
+    missing: str | None = None
+    links = 0
+    while todo:
+        part = todo.pop(0)
+        if part in ("", "."):
+            continue
+        if part == "..":
+            cur = cur.rsplit("/", 1)[0]
+            at, holder = _holder(cur, placed)
+            if missing is not None and not _under(cur or "/", missing):
+                missing = None
+            continue
+        nxt = f"{cur}/{part}"
+        if nxt in placed:
+            cur, at, holder = nxt, nxt, placed[nxt]
+            continue
+        if holder is not None or missing is not None:
+            cur = nxt
+            continue
+        try:
+            st = os.lstat(rootfs + nxt)
+        except (FileNotFoundError, NotADirectoryError):
+            cur = missing = nxt
+            continue
+        if stat.S_ISLNK(st.st_mode):
+            links += 1
+            if links > _MAX_LINKS:
+                raise MountRefused(f"{MOUNTS_VAR}: destination {dest}: too many symlinks in the image")
+            target = os.readlink(rootfs + nxt)
+            todo[:0] = target.split("/")
+            if target.startswith("/"):
+                cur = ""
+                at, holder = _holder(cur, placed)
+            continue
+        cur = nxt
+        if todo and not stat.S_ISDIR(st.st_mode):
+            missing = nxt  # a file where a folder should be
+    return Location(cur or "/", holder, at, missing)
+
+
+def place_mounts(rootfs: str, mounts: Iterable[Mapping[str, Any]],
+                 placed: dict[str, Mapping[str, Any]] | None = None) -> list[Location]:
+    """locate() every mount in order, each seeing the ones before it; `placed` is updated."""
+    placed = {} if placed is None else placed
+    out = []
+    for m in mounts:
+        loc = locate(rootfs, str(m.get("destination", "")), placed)
+        placed[loc.path] = m
+        out.append(loc)
+    return out
+
+
+def rootfs_path(variant_cfg: Mapping[str, Any], variant_dir: str) -> str:
+    path = str((variant_cfg.get("root") or {}).get("path", "rootfs"))
+    return path if path.startswith("/") else posixpath.join(variant_dir, path)
+
+
+def _reserved(dst: str) -> str | None:
+    """Why a (resolved) destination is Slurm's or the kernel's, or would hide one."""
+    if dst == "/":
+        return "/ is the image itself"
+    for f in _FORBIDDEN_DESTINATIONS:
+        if _under(dst, f):
+            return f"{f} is reserved"
+        if _under(f, dst):
+            return f"it would hide {f}"
+    return None
+
+
+def _is_dir(path: str) -> bool:
+    try:
+        return stat.S_ISDIR(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
+def _tmpfs(destination: str) -> dict[str, Any]:
+    """A per-container tmpfs: mount points below it are created in memory, not in the image."""
+    return {"destination": destination, "type": "tmpfs", "source": "tmpfs",
+            "options": ["nosuid", "nodev", "noexec", "mode=755", "size=64k"]}
+
+
+def check_mounts(text: str, allowlist: list[BindMount], *, rootfs: str,
+                 earlier: Iterable[Mapping[str, Any]] = (), host_root: str = "") -> list[dict[str, Any]]:
+    """OCI mounts for the user's requests; MountRefused for anything outside the allowlist
+    or anything that would change the image.
 
     A source must lie in an allowed folder both as written and after resolving symlinks;
-    rw needs an rw entry. host_root prefixes host paths (the dev cluster's emulated root)."""
+    rw needs an rw entry. A destination (default: the entry's destination plus the
+    source's path below the entry's source) must exist in the image at `rootfs`, resolved
+    inside it, or lie in a tmpfs mounted before it; `earlier`: the mounts of the config
+    that come before the user's. When the image has an entry's destination folder but not
+    the sub-folder asked for below it, a per-container tmpfs goes over that folder first
+    and the sub-folder is made in it. host_root prefixes host paths (the dev cluster's
+    emulated root)."""
     allowed = ", ".join(f"{m.source} ({m.mode})" for m in allowlist) or "none"
-    mounts: list[dict[str, Any]] = []
+    by_length = sorted(allowlist, key=lambda m: -len(m.source))
+    requests: list[tuple[str, str, str, BindMount]] = []  # (real source, destination, mode, entry)
     for src, dst, mode in parse_mount_requests(text):
         src = _clean_abs(src, "source")
-        entry = next((m for m in sorted(allowlist, key=lambda m: -len(m.source))
-                      if _under(src, m.source)), None)
+        entry = next((m for m in by_length if _under(src, m.source)), None)
         if entry is None:
             raise MountRefused(f"{MOUNTS_VAR}: {src} is not in the site's mount allowlist "
                                f"(allowed: {allowed})")
@@ -164,11 +314,62 @@ def check_mounts(text: str, allowlist: list[BindMount], host_root: str = "") -> 
         if dst is None:
             dst = entry.destination.rstrip("/") + src[len(entry.source.rstrip("/")):] or "/"
         dst = _clean_abs(dst, "destination")
-        if dst == "/" or any(_under(dst, f) for f in _FORBIDDEN_DESTINATIONS):
-            raise MountRefused(f"{MOUNTS_VAR}: destination {dst} is reserved "
-                               f"(not /, {', '.join(_FORBIDDEN_DESTINATIONS)})")
-        mounts.append(_bind(real, dst, mode or entry.mode))
+        why = _reserved(dst)
+        if why:
+            raise MountRefused(f"{MOUNTS_VAR}: destination {dst} is reserved ({why}; not /, "
+                               f"{', '.join(_FORBIDDEN_DESTINATIONS)} or a folder above them)")
+        requests.append((real, dst, mode or entry.mode, entry))
+
+    placed: dict[str, Mapping[str, Any]] = {}
+    place_mounts(rootfs, earlier, placed)
+    mounts: list[dict[str, Any]] = []
+    # A per-container tmpfs over an allowlisted destination folder of the image where a
+    # request needs a mount point below it that the image lacks (the deepest such folder).
+    tops = sorted({m.destination.rstrip("/") for m in allowlist} - {""}, key=len, reverse=True)
+    for _, dst, _, _ in requests:
+        loc = locate(rootfs, dst, placed)
+        if loc.holder is not None or loc.missing is None:
+            continue
+        for top in (t for t in tops if _under(dst, t) and dst != t):
+            base = locate(rootfs, top, placed)
+            if base.holder is None and base.missing is None and _reserved(base.path) is None \
+                    and _is_dir(rootfs + base.path):
+                mounts.append(_tmpfs(base.path))
+                placed[base.path] = mounts[-1]
+                break
+    tmpfs_dirs = sorted(at for at, m in placed.items() if m.get("type") == "tmpfs"
+                        and not any(_under(at, f) for f in _FORBIDDEN_DESTINATIONS))
+    room = ", or under " + ", ".join(tmpfs_dirs) if tmpfs_dirs else ""
+    for real, dst, mode, _ in requests:
+        loc = locate(rootfs, dst, placed)
+        shown = dst if loc.path == dst else f"{dst} (in the image: {loc.path})"
+        why = _reserved(loc.path)
+        if why:
+            raise MountRefused(f"{MOUNTS_VAR}: destination {shown} is reserved ({why})")
+        if loc.holder is not None and not loc.in_tmpfs and loc.path != loc.holder_at:
+            raise MountRefused(f"{MOUNTS_VAR}: destination {shown} lies inside the mount at "
+                               f"{loc.holder_at}; mount it at a folder of the image{room}")
+        if loc.holder is None and loc.missing is not None:
+            raise MountRefused(f"{MOUNTS_VAR}: destination {shown} does not exist in the image "
+                               f"(it lacks {loc.missing}) and jobs cannot add folders to a shared "
+                               f"image: use a folder the image has{room}")
+        mounts.append(_bind(real, loc.path, mode))
+        placed[loc.path] = mounts[-1]
     return mounts
+
+
+def check_image_untouched(cfg: Mapping[str, Any], what: str) -> None:
+    """The last guard before runc: no mount of the config may make runc create its mount
+    point in the image's rootfs (user mounts were refused earlier; this catches the
+    admin's, Slurm's, the drivers' and the devices')."""
+    rootfs = str(cfg["root"]["path"])
+    mounts = list(cfg.get("mounts") or [])
+    for m, loc in zip(mounts, place_mounts(rootfs, mounts), strict=True):
+        if loc.holder is None and loc.missing is not None:
+            raise RuntimeFailure(f"{what}: mount point {m.get('destination')} is missing in "
+                                 f"{rootfs} (it lacks {loc.missing}); runc would create it in the "
+                                 "shared image: add it to the image, or a tmpfs over its folder in "
+                                 "the variant's config.json")
 
 
 def always_mounts(allowlist: list[BindMount], host_root: str = "") -> list[dict[str, Any]]:
@@ -208,10 +409,10 @@ def build_config(variant_cfg: Mapping[str, Any], variant_dir: str, slurm_cfg: Ma
                  hostname: str | None, annotations: Mapping[str, str],
                  rootless: bool = False, uid: int = 0, gid: int = 0) -> dict[str, Any]:
     cfg: dict[str, Any] = copy.deepcopy(dict(variant_cfg))
-    root = dict(cfg.get("root") or {"path": "rootfs"})
-    if not str(root["path"]).startswith("/"):
-        root["path"] = posixpath.join(variant_dir, root["path"])
-    cfg["root"] = root
+    # The rootfs is shared by every job running the variant: read-only, whatever the
+    # variant's config says (a job writes to its mounts and tmpfs, never to the image).
+    cfg["root"] = {**(cfg.get("root") or {}), "path": rootfs_path(variant_cfg, variant_dir),
+                   "readonly": True}
     sproc = slurm_cfg.get("process") or {}
     proc = cfg.setdefault("process", {})
     proc["args"] = list(sproc.get("args") or ["/bin/sh"])

@@ -26,10 +26,13 @@ from slurm_hetero.containers.ociconfig import (
     DevicePlan,
     always_mounts,
     build_config,
+    check_image_untouched,
     check_mounts,
     driver_mounts,
     env_dict,
     plan_devices,
+    rootfs_path,
+    slurm_mounts,
 )
 from slurm_hetero.containers.resolve import NoVariant, resolve
 from slurm_hetero.errors import HeteroError, InputError, RuntimeFailure
@@ -115,7 +118,10 @@ def prepare(conf: NodeConfig, node_name: str, slurm_cfg: dict[str, Any],
     variant_cfg = read_json(posixpath.join(variant_dir, "config.json"),
                             f"bundle of {image.ref} {variant.label}:")
     mounts = always_mounts(conf.mounts)
-    mounts += check_mounts(env.get(MOUNTS_VAR, ""), conf.mounts)
+    # The user's mounts see the ones runc makes before them (build_config's order).
+    earlier = [*(variant_cfg.get("mounts") or []), *slurm_mounts(slurm_cfg), *mounts]
+    mounts += check_mounts(env.get(MOUNTS_VAR, ""), conf.mounts,
+                           rootfs=rootfs_path(variant_cfg, variant_dir), earlier=earlier)
     mounts += driver_mounts(node, devices.stacks, conf.driver_dirs)
     uid, gid = os.getuid(), os.getgid()
     config = build_config(
@@ -124,6 +130,7 @@ def prepare(conf: NodeConfig, node_name: str, slurm_cfg: dict[str, Any],
         annotations={"org.slurm-hetero.image": image.ref,
                      "org.slurm-hetero.variant": variant.label,
                      "org.slurm-hetero.node": node_name})
+    check_image_untouched(config, f"image {image.ref} {variant.label}")
     return Launch(image, variant, devices, config)
 
 

@@ -3,7 +3,8 @@
 Layout of a workdir:
     etc/     slurm.conf and friends (SLURM_CONF=etc/slurm.conf selects this cluster)
     munge/   key, socket, pid, log of this cluster's own munged
-    db/      this cluster's own MariaDB (datadir, socket, pid)
+    db/      this cluster's own MariaDB (datadir, socket, pid): root-only (0700); it
+             listens on no TCP port, and its root account is root's alone (unix_socket)
     dev/     emulated accelerator device files, one folder per node
     log/ run/ state/ spool/
     cluster.json   ports and site path of the running cluster
@@ -47,6 +48,12 @@ from slurm_hetero.slurm.runner import Runner
 # Slurm's config parser cannot quote paths: keep the workdir to these characters.
 _SAFE_PATH = re.compile(r"^[A-Za-z0-9._/+-]+$")
 ACCOUNT = "hetero"
+SUPERVISOR_MODULE = "slurm_hetero.devcluster.supervise"
+
+
+def _sql_quote(text: str) -> str:
+    """A string literal for MariaDB (account names read back from mysql.user)."""
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
 def default_workdir(site_name: str = "demo") -> Path:
@@ -85,7 +92,6 @@ class ClusterMeta(TypedDict, total=False):
     nodes: list[str]
     ctld_port: int
     dbd_port: int
-    db_port: int
     node_ports: dict[str, int]
     model: str | None
     sampled_nodes: list[str]  # nodes whose devices `node sample` meters (npu-smi stand-ins)
@@ -97,6 +103,7 @@ class Daemon:
     pidfile: Path
     expect: str  # substring of its command line, to never signal a reused pid
     log: Path
+    supervised: bool = False  # restarted by its supervisor: may be down for a moment
 
 
 class Cluster:
@@ -132,7 +139,12 @@ class Cluster:
             Daemon("slurmdbd", self.run / "slurmdbd.pid", "slurmdbd", self.log / "slurmdbd.log"),
             Daemon("slurmctld", self.run / "slurmctld.pid", "slurmctld", self.log / "slurmctld.log"),
         ]
-        out.append(Daemon("bridge", self.run / "bridge.pid", "bridge run", self.log / "bridge.log"))
+        # The bridge daemon and its supervisor, which restarts it when it dies; the supervisor
+        # comes after it here, so that `down` stops the supervisor first.
+        out.append(Daemon("bridge", self.run / "bridge.pid", "bridge run", self.log / "bridge.log",
+                          supervised=True))
+        out.append(Daemon("bridge supervisor", self.run / "bridge-supervisor.pid", SUPERVISOR_MODULE,
+                          self.log / "bridge.log"))
         out += [Daemon(f"sampler {n}", self.run / f"sampler-{n}.pid", "node sample",
                        self.log / f"sampler-{n}.log") for n in self.info().get("sampled_nodes", [])]
         out += [Daemon(f"slurmd {n}", self.run / f"slurmd-{n}.pid", "slurmd",
@@ -144,8 +156,9 @@ class Cluster:
         return pid if procs.alive(pid, d.expect) else None
 
     def is_up(self) -> bool:
+        """Every daemon runs (a supervised one may be between two runs: its supervisor runs)."""
         ds = self.daemons()
-        return bool(self.info()) and all(self.pid(d) for d in ds)
+        return bool(self.info()) and all(self.pid(d) for d in ds if not d.supervised)
 
     def nodes(self) -> dict[str, NodeInfo]:
         return parse_sinfo_nodes(self.runner.out(["sinfo", "-N", "-h", "-o", SINFO_FORMAT]))
@@ -169,10 +182,10 @@ class Cluster:
         for d in (self.etc, self.log, self.run, self.state, self.spool, self.dev, self.db):
             d.mkdir(parents=True, exist_ok=True)
         nodes = site.all_nodes
-        ports = procs.free_ports(4 + len(nodes))
+        ports = procs.free_ports(2 + len(nodes))
         meta: ClusterMeta = {"site": site.name, "site_path": str(site.path or ""), "nodes": nodes,
-                "ctld_port": ports[0], "dbd_port": ports[1], "db_port": ports[2],
-                "node_ports": dict(zip(nodes, ports[4:], strict=True)),
+                "ctld_port": ports[0], "dbd_port": ports[1],
+                "node_ports": dict(zip(nodes, ports[2:], strict=True)),
                 "model": str(model.resolve()) if model else self.info().get("model"),
                 "sampled_nodes": [n for g in site.node_groups
                                   if is_sampled(g, self.fake_devices, site.node_agent.sample_stacks)
@@ -180,9 +193,12 @@ class Cluster:
         write_files({"cluster.json": json.dumps(meta, indent=1)}, self.workdir)
         self._write_confs(site, meta)
         self._start_munge()
-        self._start_mariadb(meta["db_port"])
+        self._start_mariadb()
         dbd_port = meta["dbd_port"]
-        self._start("slurmdbd", ["slurmdbd"], lambda: procs.port_open(dbd_port))
+        # slurmdbd reaches MariaDB through its socket only: StorageHost=localhost makes the
+        # client library use a unix socket, MYSQL_UNIX_PORT says which.
+        self._start("slurmdbd", ["slurmdbd"], lambda: procs.port_open(dbd_port),
+                    env={"MYSQL_UNIX_PORT": str(self.db_socket)})
         self._register_accounting(site)
         self._start("slurmctld", ["slurmctld"], self._ctld_ready)
         self.start_bridge(site)
@@ -245,7 +261,7 @@ class Cluster:
         profile = self.profile(meta)
         files = render_site(site, profile)
         files["slurmdbd.conf"] = render_template(
-            "slurmdbd.conf", dbd_port=meta["dbd_port"], db_port=meta["db_port"],
+            "slurmdbd.conf", dbd_port=meta["dbd_port"], db_socket=self.db_socket,
             auth_info=profile.auth_info, log_dir=self.log, run_dir=self.run)
         write_files(files, self.etc, modes={"slurmdbd.conf": 0o600})
         write_stubs(site, str(profile.images_root))  # containers (issue 6): what --image names
@@ -270,11 +286,12 @@ class Cluster:
                                        default_w=a.model.tdp_watts,
                                        memory_mib=a.model.device_memory_mib, counter=counter)
 
-    def _spawn(self, argv: list[str], log: Path | None = None) -> subprocess.Popen[bytes]:
+    def _spawn(self, argv: list[str], log: Path | None = None,
+               env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
         """Start a daemon detached from our session (it outlives `cluster up`)."""
         out = open(log or os.devnull, "ab")  # noqa: SIM115 - handed to the child
         try:
-            return subprocess.Popen(argv, env=self.runner.env(), stdin=subprocess.DEVNULL,
+            return subprocess.Popen(argv, env={**self.runner.env(), **(env or {})}, stdin=subprocess.DEVNULL,
                                     stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
                                     cwd=self.workdir)
         except FileNotFoundError as e:
@@ -282,8 +299,9 @@ class Cluster:
         finally:
             out.close()
 
-    def _start(self, name: str, argv: list[str], ready: Callable[[], bool], timeout: float = 30.0) -> None:
-        proc = self._spawn(argv)
+    def _start(self, name: str, argv: list[str], ready: Callable[[], bool], timeout: float = 30.0,
+               env: dict[str, str] | None = None) -> None:
+        proc = self._spawn(argv, env=env)
 
         def ready_or_failed() -> bool:
             # Daemons fork and their first process exits 0; a non-zero exit is a failure.
@@ -311,42 +329,77 @@ class Cluster:
             f"--log-file={self.munge}/munged.log", f"--seed-file={self.munge}/munged.seed",
         ], lambda: sock.exists() and self.pid(self.daemons()[0]) is not None)
 
-    def _start_mariadb(self, port: int) -> None:
+    @property
+    def db_socket(self) -> Path:
+        return self.db / "mysql.sock"
+
+    def _start_mariadb(self) -> None:
+        """This cluster's own MariaDB, reachable only by root on this machine: no TCP port
+        (skip-networking), its socket in a root-only folder, and its root account
+        authenticated by the connecting process's uid (unix_socket), with no password."""
+        os.chmod(self.db, 0o700)
         data = self.db / "data"
         if not (data / "mysql").exists():
             shutil.rmtree(data, ignore_errors=True)
             r = subprocess.run(["mysql_install_db", "--no-defaults", f"--datadir={data}",
-                                "--user=root", "--auth-root-authentication-method=normal"],
+                                "--user=root", "--auth-root-authentication-method=socket",
+                                "--skip-test-db"],
                                capture_output=True, text=True, check=False)
             if r.returncode != 0:
                 raise RuntimeFailure("mysql_install_db failed:\n" + r.stderr[-2000:])
         mariadbd = shutil.which("mariadbd") or "/usr/sbin/mariadbd"
+        self.db_socket.unlink(missing_ok=True)
         self._spawn([mariadbd, "--no-defaults", f"--datadir={data}",
-                     f"--socket={self.db}/mysql.sock", f"--port={port}",
-                     "--bind-address=127.0.0.1", "--user=root", f"--pid-file={self.db}/mariadb.pid",
+                     f"--socket={self.db_socket}", "--skip-networking",
+                     "--user=root", f"--pid-file={self.db}/mariadb.pid",
                      "--skip-name-resolve", "--innodb-buffer-pool-size=64M",
                      "--innodb-log-file-size=16M"], log=self.db / "mariadb.log")
-        if not procs.wait_until(lambda: procs.port_open(port), 60):
+        if not procs.wait_until(lambda: procs.unix_socket_open(self.db_socket), 60):
             raise RuntimeFailure("MariaDB did not come up in 60 s\n" + self.explain())
+        self._lock_down_db()
+
+    def _sql(self, statement: str) -> str:
+        client = shutil.which("mariadb") or shutil.which("mysql") or "mysql"
+        r = subprocess.run([client, "--no-defaults", f"--socket={self.db_socket}", "-u", "root",
+                            "-N", "-B", "-e", statement], capture_output=True, text=True,
+                           check=False, timeout=30)
+        if r.returncode != 0:
+            raise RuntimeFailure(f"MariaDB: {statement[:60]}...: {r.stderr.strip()[-300:]}")
+        return r.stdout
+
+    def _lock_down_db(self) -> None:
+        """Only root@localhost by socket uid: no anonymous or TCP-host accounts, no test
+        database (also for a data folder made before this was so)."""
+        accounts = [ln.split("\t") for ln in self._sql(
+            "SELECT User, Host FROM mysql.user WHERE Host <> '' AND "
+            "(User = '' OR (User = 'root' AND Host <> 'localhost'))").splitlines() if ln]
+        drops = [f"DROP USER IF EXISTS {_sql_quote(u)}@{_sql_quote(h)};" for u, h in accounts]
+        self._sql(" ".join([*drops, "ALTER USER 'root'@'localhost' IDENTIFIED VIA unix_socket;",
+                            "DROP DATABASE IF EXISTS test;", "FLUSH PRIVILEGES;"]))
 
     def start_bridge(self, site: Site, every: float = 2.0, margin: float = 120.0) -> None:
-        """The bridge daemon: capacity snapshot (and heartbeat), limit extensions, SiteFactor."""
+        """The bridge daemon (capacity snapshot and heartbeat, limit extensions, SiteFactor),
+        under a supervisor that restarts it when it dies."""
         if site.path is None:
             raise InputError("cluster up needs a site loaded from a file (the daemon re-reads it)")
         snap = self.state / "hetero-snapshot.lua"
         snap.unlink(missing_ok=True)
-        self._spawn([sys.executable, "-m", "slurm_hetero.cli", "bridge", "run",
-                     "--site", str(site.path.resolve()), "--snapshot", str(snap), "--every", str(every),
-                     "--margin", str(margin), "--pidfile", str(self.run / "bridge.pid")],
+        bridge = [sys.executable, "-m", "slurm_hetero.cli", "bridge", "run",
+                  "--site", str(site.path.resolve()), "--snapshot", str(snap), "--every", str(every),
+                  "--margin", str(margin), "--pidfile", str(self.run / "bridge.pid")]
+        self._spawn([sys.executable, "-m", SUPERVISOR_MODULE, "--name", "bridge",
+                     "--pidfile", str(self.run / "bridge-supervisor.pid"), "--", *bridge],
                     log=self.log / "bridge.log")
         if not procs.wait_until(snap.exists, 20):
             raise RuntimeFailure("the bridge daemon wrote no snapshot in 20 s\n" + self.explain())
 
     def stop_bridge(self) -> None:
-        d = next(d for d in self.daemons() if d.name == "bridge")
-        pid = self.pid(d)
-        if pid:
-            procs.stop(pid, d.expect)
+        """The supervisor first (it stops the daemon), then the daemon if it outlived it."""
+        for d in sorted((d for d in self.daemons() if d.name.startswith("bridge")),
+                        key=lambda d: d.supervised):
+            pid = self.pid(d)
+            if pid:
+                procs.stop(pid, d.expect)
 
     def _ctld_ready(self) -> bool:
         r = self.runner.run(["scontrol", "ping"], check=False, timeout=5)

@@ -32,6 +32,17 @@ def port_open(port: int, host: str = "127.0.0.1") -> bool:
         return s.connect_ex((host, port)) == 0
 
 
+def unix_socket_open(path: Path) -> bool:
+    """Does something accept connections on this unix socket?"""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.settimeout(0.5)
+        try:
+            s.connect(str(path))
+        except OSError:
+            return False
+        return True
+
+
 def read_pid(pidfile: Path) -> int | None:
     try:
         return int(pidfile.read_text().split()[0])

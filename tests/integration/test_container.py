@@ -19,11 +19,11 @@ from pathlib import Path
 import pytest
 
 from slurm_hetero.containers.bundle import busybox_bundle, busybox_variants
-from slurm_hetero.containers.gres import parse_job_gres
 from slurm_hetero.containers.ociconfig import DeviceNode, DevicePlan, build_config
 from slurm_hetero.devcluster import Cluster
 from slurm_hetero.site import Site
 from slurm_hetero.slurm.jobs import sacct_jobs, submit, wait_done
+from slurm_hetero.slurm.scontrol import parse_job_devices, show_job_argv
 
 PROBE = r"""
 echo "variant=$(cat /etc/hetero-variant)"
@@ -87,8 +87,8 @@ def hold(cluster: Cluster, opts: list[str]) -> int:
     return jid
 
 
-def job_indices(cluster: Cluster, jid: int) -> dict[str, dict[str, list[int]]]:
-    return parse_job_gres(cluster.runner.out(["scontrol", "show", "job", "-d", str(jid)]))
+def job_indices(cluster: Cluster, jid: int, node: str) -> dict[str, list[int]]:
+    return parse_job_devices(cluster.runner.out(show_job_argv(jid, detail=True)), node)
 
 
 # ---- the right variant, only the allocated devices -------------------------------------------
@@ -96,7 +96,7 @@ def job_indices(cluster: Cluster, jid: int) -> dict[str, dict[str, list[int]]]:
 def test_x86_gpu_job_gets_the_cuda_variant_and_only_its_gpus(cluster: Cluster, images: Path, out: Path) -> None:
     held = hold(cluster, ["-p", "gpu", "-w", "a100-01", "--gres=gpu:a100-80gb:2"])
     try:
-        assert job_indices(cluster, held) == {"a100-01": {"gpu": [0, 1]}}
+        assert job_indices(cluster, held, "a100-01") == {"gpu": [0, 1]}
         _, row, output = run(cluster, out, ["--image=pytorch:24.05", "-w", "a100-01", "--gres=gpu:a100-80gb:2"])
     finally:
         cluster.runner.run(["scancel", str(held)], check=False)
@@ -144,22 +144,80 @@ def test_the_host_dev_stays_outside(cluster: Cluster, images: Path, out: Path) -
     assert inside - gpus - {"nvidiactl", "nvidia-uvm"} == RUNC_DEV
 
 
+def image_tree(root: Path) -> list[tuple[str, int, int, int, int]]:
+    """Everything of a rootfs runc could change: names, types, modes, owners, and folders'
+    mtimes (a mount point created and removed again still shows)."""
+    out = []
+    for p in [root, *root.rglob("*")]:
+        st = p.lstat()
+        out.append((str(p.relative_to(root)), st.st_mode, st.st_uid,
+                    st.st_mtime_ns if stat.S_ISDIR(st.st_mode) else 0, st.st_size))
+    return sorted(out)
+
+
+def busybox_rootfs(images: Path) -> Path:
+    return images / "busybox" / "1.35" / "x86_64-cpu" / "rootfs"  # what cpu-x86-01 runs
+
+
 def test_user_mount_in_the_allowlist(cluster: Cluster, images: Path, out: Path) -> None:
+    """The demo allows /tmp at /scratch: /tmp/X appears at /scratch/X, a folder the image
+    lacks, made in a tmpfs of the container's own (the shared image stays as it was)."""
     data = Path("/tmp") / f"hetero-test-{os.getpid()}"
     data.mkdir(exist_ok=True)
     (data / "in.txt").write_text("from the host\n")
+    rootfs = busybox_rootfs(images)
+    before = image_tree(rootfs)
     try:
-        _, row, output = run(cluster, out, ["--image=busybox:1.35"],
-                             "cat /data/in.txt; touch /data/new 2>&1 || echo read-only; ls /scratch 2>&1 | head -1",
-                             env={"SLURM_HETERO_MOUNTS": f"{data}:/data:ro"})
+        _, row, output = run(cluster, out, ["--image=busybox:1.35", "-w", "cpu-x86-01"],
+                             f"cat /scratch/{data.name}/in.txt; "
+                             f"touch /scratch/{data.name}/new 2>/dev/null && echo writable || echo read-only; "
+                             "touch /newfile 2>/dev/null && echo image-writable || echo image-read-only; "
+                             "ls /scratch",
+                             env={"SLURM_HETERO_MOUNTS": f"{data}:ro"})
     finally:
         for p in data.iterdir():
             p.unlink()
         data.rmdir()
     assert row["State"] == "COMPLETED", output
-    assert output.splitlines()[0] == "from the host"
-    assert "read-only" in output.splitlines()[-2] or "Read-only" in output
-    assert "No such file" in output.splitlines()[-1]  # nothing else of /tmp
+    # ro as asked; the image's root read-only whatever its config says; nothing else of /tmp
+    assert output.splitlines() == ["from the host", "read-only", "image-read-only", data.name]
+    assert image_tree(rootfs) == before
+
+
+@pytest.mark.parametrize(("destination", "message"), [
+    ("/data", "SLURM_HETERO_MOUNTS: destination /data does not exist in the image (it lacks /data) and jobs "
+              "cannot add folders to a shared image: use a folder the image has, or under /tmp"),
+    ("/scratch/a/b", None),  # made in the tmpfs over /scratch: runs, the image unchanged
+    ("/hostlink/x", "SLURM_HETERO_MOUNTS: destination /hostlink/x (in the image: /var/lib/x) does not exist in "
+                    "the image (it lacks /var/lib)"),
+    ("/bin/busybox/x", "(it lacks /bin/busybox)"),
+])
+def test_mount_destinations_never_change_the_shared_image(cluster: Cluster, images: Path, out: Path,
+                                                          destination: str, message: str | None) -> None:
+    """runc as root would create a missing mount point in the image's rootfs on the host,
+    which every job of every user shares; a symlink of the image would lead it out."""
+    data = Path("/tmp") / f"hetero-dst-{os.getpid()}"
+    data.mkdir(exist_ok=True)
+    rootfs = busybox_rootfs(images)
+    link = rootfs / "hostlink"
+    link.symlink_to("/var/lib")  # the host has /var/lib; the image has no /var/lib
+    before = image_tree(rootfs)
+    try:
+        _, row, output = run(cluster, out, ["--image=busybox:1.35", "-w", "cpu-x86-01"], "echo USER-CODE-RAN",
+                             env={"SLURM_HETERO_MOUNTS": f"{data}:{destination}:ro"})
+        after = image_tree(rootfs)
+    finally:
+        link.unlink()
+        data.rmdir()
+    assert after == before
+    assert not Path("/var/lib/x").exists()
+    if message is None:
+        assert (row["State"], output) == ("COMPLETED", "USER-CODE-RAN\n")
+    else:
+        assert (row["State"], row["ExitCode"]) == ("FAILED", "2:0"), output
+        assert "USER-CODE-RAN" not in output
+        assert message in output
+    assert_no_node_drained(cluster)
 
 
 # ---- refusals: a clear message, no user code, the node stays up --------------------------------

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from slurm_hetero.containers.cli import container
@@ -47,3 +48,18 @@ def test_stubs_and_busybox_bundles(tmp_path: Path) -> None:
     variant = tmp_path / "pytorch" / "24.05" / "aarch64-cann8.0.RC1"
     assert (variant / "rootfs" / "etc" / "hetero-variant").read_text() == "pytorch:24.05 aarch64/cann8.0.RC1\n"
     assert (variant / "rootfs" / "bin" / "sh").is_symlink()
+    # The mount points the wrapper needs are folders of the image (it never lets runc add them).
+    for d in ("scratch", "usr/share/zoneinfo", "var/run/slurm", "usr/local/Ascend/driver"):
+        assert (variant / "rootfs" / d).is_dir(), d
+    cpu = tmp_path / "pytorch" / "24.05" / "x86_64-cpu" / "rootfs"
+    assert (cpu / "scratch").is_dir() and not (cpu / "usr" / "local").exists()
+
+
+def test_busybox_mount_points_stay_inside(tmp_path: Path) -> None:
+    from slurm_hetero.containers.bundle import busybox_bundle
+    from slurm_hetero.errors import RuntimeFailure
+
+    for bad in ("../../outside", "/a/../../b", "relative", "/"):
+        with pytest.raises(RuntimeFailure, match="mount point"):
+            busybox_bundle(tmp_path / "b", "x", mount_points=[bad])
+    assert not (tmp_path / "outside").exists()

@@ -13,8 +13,9 @@ from typing import Any
 import pytest
 
 from slurm_hetero.conf.render import Profile, render_site, write_files
-from slurm_hetero.containers.ociconfig import env_dict
+from slurm_hetero.containers.ociconfig import MountRefused, env_dict
 from slurm_hetero.containers.wrapper import NotInCatalog, prepare, requested_image
+from slurm_hetero.errors import RuntimeFailure
 from slurm_hetero.site import load_site_text
 from tests.unit.container_fixtures import ROOT, DevTree, dev_tree, fake_command
 
@@ -85,6 +86,42 @@ def test_prepare_uses_the_variant_bundle(tree: DevTree) -> None:
     assert {"/dev/davinci6", "/dev/davinci7", "/dev/davinci_manager", "/usr/local/Ascend/driver",
             "/usr/share/zoneinfo", "/tmp/slurm/startup"} <= set(dests)
     assert "/dev/davinci0" not in dests
+
+
+def test_user_mounts_never_change_the_image(tree: DevTree, tmp_path: Path) -> None:
+    """The demo allows /tmp at /scratch. The busybox image has /scratch: a sub-folder of it
+    is made in a tmpfs of the container's own; a destination the image lacks is refused."""
+    data = tmp_path / "data"
+    data.mkdir()
+    rootfs = tree.images / "busybox" / "1.35" / "x86_64-cpu" / "rootfs"
+    before = sorted(str(p) for p in rootfs.rglob("*"))
+
+    def prepared(mounts: str) -> list[dict[str, Any]]:
+        cfg = slurm_config(tree, image_dir(tree, "busybox/1.35"), (f"SLURM_HETERO_MOUNTS={mounts}",))
+        return list(prepare(tree.conf, "cpu-x86-01", cfg, {}).config["mounts"])
+
+    got = prepared(str(data))
+    rel = str(data)[len("/tmp"):]
+    user = got[[m["destination"] for m in got].index("/scratch"):][:2]
+    assert user == [{"destination": "/scratch", "type": "tmpfs", "source": "tmpfs",
+                     "options": ["nosuid", "nodev", "noexec", "mode=755", "size=64k"]},
+                    {"destination": f"/scratch{rel}", "type": "bind", "source": str(data),
+                     "options": ["rbind", "rw", "nosuid", "nodev"]}]
+    with pytest.raises(MountRefused, match="SLURM_HETERO_MOUNTS: destination /data does not exist in the image"):
+        prepared(f"{data}:/data")
+    assert sorted(str(p) for p in rootfs.rglob("*")) == before
+
+
+def test_an_image_without_a_site_mount_point_is_refused(tmp_path: Path) -> None:
+    """The site's always-mounted /usr/share/zoneinfo: runc would create it in the image."""
+    t = dev_tree(tmp_path, bundles=True)
+    rootfs = t.images / "busybox" / "1.35" / "x86_64-cpu" / "rootfs"
+    (rootfs / "usr" / "share" / "zoneinfo").rmdir()
+    with pytest.raises(RuntimeFailure) as e:
+        prepare(t.conf, "cpu-x86-01", slurm_config(t, f"{t.images}/busybox/1.35"), {})
+    assert str(e.value).startswith("image busybox:1.35 x86_64/cpu: mount point /usr/share/zoneinfo is missing "
+                                   f"in {rootfs} (it lacks /usr/share/zoneinfo); runc would create it")
+    assert not (rootfs / "usr" / "share" / "zoneinfo").exists()
 
 
 # ---- the real entry point ------------------------------------------------------------------
