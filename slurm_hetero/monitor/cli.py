@@ -1,0 +1,124 @@
+"""`slurm-hetero node exporter` and `slurm-hetero exporter`: thin click adapters.
+
+Registered in slurm_hetero/cli.py (`node.add_command(node_exporter, "exporter")`,
+`main.add_command(cluster_exporter, "exporter")`); `python -m slurm_hetero.monitor` runs
+the same commands without loading the rest of the CLI (the node-side entry of the units).
+Heavy imports happen inside the commands, so listing them costs nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from pathlib import Path
+
+import click
+
+from slurm_hetero.cliutil import DEMO_SITE, reports_errors
+from slurm_hetero.errors import InputError, RuntimeFailure
+
+DEFAULT_NODE_PORT = 9410
+DEFAULT_CLUSTER_PORT = 9411
+
+
+def _serve_error(port: int, e: OSError) -> RuntimeFailure:
+    return RuntimeFailure(f"--port {port}: cannot listen: {e.strerror or e}")
+
+
+def _pidfile(path: Path | None) -> None:
+    if path:
+        path.write_text(f"{os.getpid()}\n")
+
+
+@click.command("exporter")
+@click.option("--node", "node_name", default=None, help="Slurm NodeName [default: short hostname].")
+@click.option("--port", type=click.IntRange(0, 65535), default=DEFAULT_NODE_PORT, show_default=True,
+              help="Port of /metrics (0: any free port, printed).")
+@click.option("--listen", default="0.0.0.0", show_default=True, help="Address to listen on.")
+@click.option("--every", type=click.FloatRange(min=0.1, max=60), default=1.0, show_default=True,
+              help="Seconds between device samples.")
+@click.option("--tier", "tier_s", type=click.FloatRange(min=1, max=600), default=10.0, show_default=True,
+              help="Seconds of the per-job/per-node aggregates (mean, max).")
+@click.option("--ring", "ring_s", type=click.FloatRange(min=1, max=3600), default=60.0, show_default=True,
+              help="Seconds of samples kept in memory.")
+@click.option("--arch", default=None, help="Architecture label [default: this machine's].")
+@click.option("--devices", "spec", default=None,
+              help="Device backend [default: the node's entry in hetero-agent.json].")
+@click.option("--pidfile", type=click.Path(path_type=Path), default=None)
+@reports_errors
+def node_exporter(node_name: str | None, port: int, listen: str, every: float, tier_s: float, ring_s: float,
+                  arch: str | None, spec: str | None, pidfile: Path | None) -> None:
+    """Per-device metrics of this node for Prometheus (until SIGTERM)."""
+    from slurm_hetero.energy.backends import open_devices
+    from slurm_hetero.energy.state import AgentConfig, NodeState, config_path
+    from slurm_hetero.monitor.node import NodeExporter, node_arch, serve_node
+
+    if tier_s < every:
+        raise InputError(f"--tier {tier_s:g}: must be at least --every ({every:g})")
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    name = node_name or socket.gethostname().split(".")[0]
+    path = config_path()
+    try:
+        cfg = AgentConfig.load(path)
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise InputError(f"{path}: cannot read the node agent's config: {e}") from e
+    spec = spec or cfg.devices_for(name) or "none"
+    st = NodeState(cfg, name)
+    exporter = NodeExporter(node=name, arch=node_arch(arch), dev=open_devices(spec, st.dir), node_dir=st.dir,
+                            agent_log=cfg.state_dir / "agent.log", every=every, ring_s=max(ring_s, tier_s),
+                            tier_s=tier_s, sampled=spec.startswith("sampled:"))
+    _pidfile(pidfile)
+    try:
+        serve_node(exporter, port, listen,
+                   ready=lambda p: click.echo(f"node exporter {name} ({spec}) on {listen}:{p}", err=True))
+    except OSError as e:
+        raise _serve_error(port, e) from e
+    finally:
+        if pidfile:
+            pidfile.unlink(missing_ok=True)
+
+
+@click.command("exporter")
+@click.option("--site", "site_path", type=click.Path(path_type=Path), default=str(DEMO_SITE),
+              help="Site file [default: the demo site]")
+@click.option("--snapshot", type=click.Path(path_type=Path), default=None,
+              help="The bridge's capacity snapshot [default: /var/spool/slurmctld/hetero-snapshot.lua].")
+@click.option("--port", type=click.IntRange(0, 65535), default=DEFAULT_CLUSTER_PORT, show_default=True,
+              help="Port of /metrics (0: any free port, printed).")
+@click.option("--listen", default="0.0.0.0", show_default=True, help="Address to listen on.")
+@click.option("--every", type=click.FloatRange(min=1, max=3600), default=60.0, show_default=True,
+              help="Seconds per round (one squeue --json, one sinfo).")
+@click.option("--sacct-every", type=click.FloatRange(min=0, max=86400), default=600.0, show_default=True,
+              help="Seconds between sacct reads of finished jobs' energy per policy (0: off).")
+@click.option("--pidfile", type=click.Path(path_type=Path), default=None)
+@reports_errors
+def cluster_exporter(site_path: Path, snapshot: Path | None, port: int, listen: str, every: float,
+                     sacct_every: float, pidfile: Path | None) -> None:
+    """Queue, pools, bridge decisions and heartbeat for Prometheus (until SIGTERM)."""
+    from slurm_hetero.conf.render import Profile
+    from slurm_hetero.monitor.cluster import ClusterExporter, serve_cluster
+    from slurm_hetero.site import load_site
+    from slurm_hetero.slurm.runner import Runner
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    exporter = ClusterExporter(load_site(site_path), Runner(), snapshot or Path(Profile().snapshot_path),
+                               every=every, sacct_every=sacct_every)
+    _pidfile(pidfile)
+    try:
+        serve_cluster(exporter, port, listen,
+                      ready=lambda p: click.echo(f"cluster exporter on {listen}:{p}", err=True))
+    except OSError as e:
+        raise _serve_error(port, e) from e
+    finally:
+        if pidfile:
+            pidfile.unlink(missing_ok=True)
+
+
+@click.group()
+def monitor() -> None:
+    """The exporters, without the rest of the CLI (`python -m slurm_hetero.monitor`)."""
+
+
+monitor.add_command(node_exporter, "node-exporter")
+monitor.add_command(cluster_exporter, "cluster-exporter")

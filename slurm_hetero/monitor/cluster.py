@@ -1,0 +1,561 @@
+"""The cluster exporter (60 s tier): one `squeue --json` and one `sinfo` per round.
+
+Per pool (a (model, arch) pair, as the bridge chooses between them) and tier (QoS): pending
+and running jobs, normalized units requested and allocated, devices and node states;
+the bridge's decisions by reason (the `why` of the admin-comment JSON), the capacity
+snapshot's age (the bridge daemon's heartbeat, read at every scrape), the accuracy of the
+runtime predictions of jobs that finished, and, with `sacct_every`, the energy the node
+agent metered per energy policy (from slurmdbd, not slurmctld).
+
+Everything comes from structured fields (`squeue --json`, the fixed-field sinfo format,
+`sacct -P` with the unit separator) through the project's runner; the reduction is pure
+(`summarize`) and tested on captured output.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import re
+import signal
+import threading
+import time
+from collections import Counter, OrderedDict, defaultdict
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+from slurm_hetero.bridge.tables import pools
+from slurm_hetero.errors import RuntimeFailure
+from slurm_hetero.site.model import Site
+from slurm_hetero.slurm import hostlist
+from slurm_hetero.slurm.comment import parse_comment
+from slurm_hetero.slurm.parse import (
+    SACCT_DELIMITER,
+    SINFO_FORMAT,
+    NodeInfo,
+    parse_gres,
+    parse_sacct,
+    parse_sinfo_nodes,
+)
+from slurm_hetero.slurm.runner import Runner
+from slurm_hetero.slurm.squeue import MAX_JSON_BYTES, SQUEUE_JSON_ARGV, QueuedJob, parse_job
+
+log = logging.getLogger("slurm-hetero.monitor")
+SINFO_ARGV = ["sinfo", "-N", "-h", "-o", SINFO_FORMAT]
+ARCHES = ("x86_64", "aarch64")
+NODE_STATES = ("idle", "alloc", "mix", "drain", "down", "other")
+FINISHED_OK = "COMPLETED"
+SACCT_FIELDS = ["JobID", "State", "End", "AdminComment"]
+_SNAPSHOT_GEN = re.compile(rb"generated_at\s*=\s*(\d+)")
+
+
+# ---- parsing ---------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class QueueEntry:
+    """One `squeue --json` job: the project's parsed job plus the fields it does not keep."""
+
+    job: QueuedJob
+    qos: str
+    tres_alloc: str
+    end_time: float | None
+
+
+def parse_queue(text: str) -> tuple[list[QueueEntry], list[str]]:
+    """Like `parse_squeue_json` (one parse of the document, `parse_job` per entry, a bad
+    entry skipped and named), keeping `qos`, `tres_alloc_str` and `end_time` too."""
+    if len(text) > MAX_JSON_BYTES:
+        raise ValueError(f"squeue --json answer of {len(text)} bytes is too large")
+    doc = json.loads(text)
+    if not isinstance(doc, dict) or not isinstance(doc.get("jobs"), list):
+        raise ValueError("squeue --json answer has no jobs list")
+    out, problems = [], []
+    for i, j in enumerate(doc["jobs"]):
+        try:
+            job = parse_job(j)
+        except ValueError as e:
+            problems.append(f"job entry {i}: {e}")
+            continue
+        end = _number(j.get("end_time"))
+        out.append(QueueEntry(job=job, qos=_text(j.get("qos")), tres_alloc=_text(j.get("tres_alloc_str")),
+                              end_time=end if end else None))
+    return out, problems
+
+
+def _number(v: Any) -> float | None:
+    if isinstance(v, dict):  # v0.0.40+: {"set": .., "infinite": .., "number": ..}
+        if not v.get("set", True) or v.get("infinite", False):
+            return None
+        v = v.get("number")
+    if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
+        return None
+    return float(v)
+
+
+def _text(v: Any) -> str:
+    return v if isinstance(v, str) else ""
+
+
+def node_state(state: str) -> str:
+    """sinfo's long state → idle, alloc, mix, drain, down or other.
+
+    >>> [node_state(s) for s in ("idle", "mixed", "allocated+", "draining", "drained", "down*", "idle*")]
+    ['idle', 'mix', 'alloc', 'drain', 'drain', 'down', 'down']
+    """
+    s = state.lower()
+    if "drain" in s:
+        return "drain"
+    if s.endswith("*") or any(w in s for w in ("down", "fail", "not_responding", "unknown")):
+        return "down"
+    for prefix, name in (("mix", "mix"), ("alloc", "alloc"), ("completing", "alloc"), ("idle", "idle")):
+        if s.startswith(prefix):
+            return name
+    return "other"
+
+
+def arch_of(features: Iterable[str]) -> str:
+    feats = set(features)
+    return next((a for a in ARCHES if a in feats), "x86_64")
+
+
+# ---- the site's view -------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class SiteView:
+    model_of: dict[tuple[str, str], str]  # (gres name, gres type) → model id
+    units: dict[str, float]  # model id → normalized units per device
+    by_gres: dict[str, tuple[str, ...]]  # gres name → model ids, fewest units first
+    arches: dict[str, tuple[str, ...]]  # model id → arches it exists on
+    pools: tuple[str, ...]
+
+    @classmethod
+    def of(cls, site: Site) -> SiteView:
+        ps = pools(site)  # cheapest first: the bridge's static order
+        models = {m.id: m for m in site.models_in_use}
+        by_gres: dict[str, list[str]] = {}
+        arches: dict[str, list[str]] = {}
+        for p in ps:
+            g = models[p.model].gres_name
+            if p.model not in by_gres.setdefault(g, []):
+                by_gres[g].append(p.model)
+            arches.setdefault(p.model, []).append(p.arch)
+        return cls(model_of={(m.gres_name, m.gres_type): m.id for m in models.values()},
+                   units={m.id: m.units for m in models.values()},
+                   by_gres={k: tuple(v) for k, v in by_gres.items()},
+                   arches={k: tuple(v) for k, v in arches.items()},
+                   pools=tuple(p.key for p in ps))
+
+    def model(self, name: str, gtype: str, decision: dict[str, Any]) -> str | None:
+        if gtype:
+            return self.model_of.get((name, gtype))
+        chosen = decision.get("model")
+        if isinstance(chosen, str) and chosen in self.by_gres.get(name, ()):
+            return chosen
+        cands = self.by_gres.get(name, ())
+        return cands[0] if cands else None  # the static order's choice
+
+
+@dataclass(frozen=True)
+class Demand:
+    pool: str
+    devices: int
+    units: float
+
+
+def _gres_items(tres: str) -> Iterator[tuple[str, str, int]]:
+    """(name, type, count) of `gres:gpu:h100:2,gres/npu:1`-style lists (22.05 and later)."""
+    for item in tres.split(","):
+        parts = item.strip().replace("gres/", "gres:").split(":")
+        if len(parts) < 3 or parts[0] != "gres" or not parts[-1].isdigit():
+            continue
+        yield parts[1], parts[2] if len(parts) == 4 else "", int(parts[-1])
+
+
+def requested(view: SiteView, job: QueuedJob, decision: dict[str, Any]) -> list[Demand]:
+    """What a job asks for, per pool: its GRES per node times nodes, in normalized units."""
+    out = []
+    d_pool = decision.get("pool") if isinstance(decision.get("pool"), str) else ""
+    d_model, _, d_arch = str(d_pool).partition("@")
+    feats = set(re.split(r"[^\w.-]+", job.features))
+    for name, gtype, n in _gres_items(job.tres_per_node):
+        model = view.model(name, gtype, decision)
+        if model is None:
+            continue  # shards and GRES the bridge does not place
+        arch = (d_arch if model == d_model and d_arch else
+                next((a for a in ARCHES if a in feats), None) or
+                (view.arches[model][0] if len(view.arches.get(model, ())) == 1 else "any"))
+        count = n * max(1, job.node_count)
+        out.append(Demand(f"{model}@{arch}", count, count * view.units[model]))
+    return out
+
+
+def allocated(view: SiteView, entry: QueueEntry, nodes: dict[str, NodeInfo]) -> list[Demand]:
+    """What a running job got, per pool: typed GRES of its allocation, arch of its nodes."""
+    job = entry.job
+    try:
+        names = hostlist.expand(job.nodes, limit=10_000) if job.nodes else []
+    except hostlist.HostlistError:
+        names = []
+    arch = next((arch_of(nodes[n].features) for n in names if n in nodes), "any")
+    counts: Counter[tuple[str, str]] = Counter()
+    for item in entry.tres_alloc.split(","):
+        key, _, value = item.partition("=")
+        name, _, gtype = key.removeprefix("gres/").partition(":")
+        if key.startswith("gres/") and gtype and value.isdigit():
+            counts[(name, gtype)] += int(value)
+    if not counts:  # no typed GRES in the allocation string: the per-node detail
+        for detail in job.gres_detail:
+            for name_type, n in parse_gres(detail).items():
+                name, _, gtype = name_type.partition(":")
+                counts[(name, gtype)] += n
+    out = []
+    for (name, gtype), n in counts.items():
+        model = view.model_of.get((name, gtype))
+        if model is not None:
+            out.append(Demand(f"{model}@{arch}", n, n * view.units[model]))
+    return out
+
+
+# ---- one round -------------------------------------------------------------------------------
+
+@dataclass
+class Round:
+    t: float
+    jobs: Counter[tuple[str, str, str]] = field(default_factory=Counter)  # (state, pool, tier)
+    units_requested: defaultdict[tuple[str, str, str], float] = field(
+        default_factory=lambda: defaultdict(float))
+    units_allocated: defaultdict[tuple[str, str], float] = field(
+        default_factory=lambda: defaultdict(float))  # (pool, tier)
+    devices_allocated: Counter[str] = field(default_factory=Counter)
+    devices: Counter[tuple[str, str]] = field(default_factory=Counter)  # (pool, total|usable)
+    nodes: Counter[tuple[str, str]] = field(default_factory=Counter)  # (pool, state)
+    oldest_pending_s: dict[str, float] = field(default_factory=dict)
+    decisions: Counter[str] = field(default_factory=Counter)  # why → jobs slurmctld holds
+    problems: list[str] = field(default_factory=list)
+
+
+def summarize(view: SiteView, entries: list[QueueEntry], nodes: dict[str, NodeInfo], now: float,
+              comments: list[dict[str, Any]] | None = None) -> Round:
+    """Pure: the 60 s tier from one queue and one node list (`comments`: each entry's
+    admin-comment JSON when the caller has parsed them already)."""
+    r = Round(t=now)
+    if comments is None:
+        comments = [parse_comment(e.job.admin_comment) for e in entries]
+    for info in nodes.values():
+        state = node_state(info.state)
+        arch = arch_of(info.features)
+        usable = state in ("idle", "mix", "alloc")
+        node_pools = []
+        for name_type, count in parse_gres(info.gres).items():
+            name, _, gtype = name_type.partition(":")
+            model = view.model_of.get((name, gtype))
+            if model is None:
+                continue
+            pool = f"{model}@{arch}"
+            node_pools.append(pool)
+            r.devices[(pool, "total")] += count
+            r.devices[(pool, "usable")] += count if usable else 0
+        for pool in dict.fromkeys(node_pools or [f"cpu@{arch}"]):
+            r.nodes[(pool, state)] += 1
+    for e, decision in zip(entries, comments, strict=True):
+        j = e.job
+        why = decision.get("why")
+        if decision.get("hetero") == 1 and isinstance(why, str) and why:
+            r.decisions[why[:40]] += 1
+        if j.state not in ("PENDING", "RUNNING"):
+            continue
+        tier = e.qos or "unknown"
+        state = j.state.lower()
+        want = requested(view, j, decision)
+        got = allocated(view, e, nodes) if j.state == "RUNNING" else []
+        arch = next((a for a in ARCHES if a in j.features), "any")
+        pool = (got or want)[0].pool if (got or want) else f"cpu@{arch}"
+        r.jobs[(state, pool, tier)] += 1
+        for d in want:
+            r.units_requested[(state, d.pool, tier)] += d.units
+        for d in got:
+            r.units_allocated[(d.pool, tier)] += d.units
+            r.devices_allocated[d.pool] += d.devices
+        if j.state == "PENDING" and j.submit_time:
+            r.oldest_pending_s[pool] = max(r.oldest_pending_s.get(pool, 0.0), now - j.submit_time)
+    return r
+
+
+def prediction(entry: QueueEntry, comment: dict[str, Any] | None = None) -> tuple[float, float, float] | None:
+    """(p50, p90, runtime) of a job that completed with the bridge's prediction, else None."""
+    j = entry.job
+    if j.state != FINISHED_OK or not j.start_time or not entry.end_time:
+        return None
+    pred = (parse_comment(j.admin_comment) if comment is None else comment).get("pred")
+    if not isinstance(pred, dict):
+        return None
+    p50, p90 = _number(pred.get("p50")), _number(pred.get("p90"))
+    runtime = entry.end_time - j.start_time
+    if p50 is None or p90 is None or p50 <= 0 or runtime < 0:
+        return None
+    return p50, p90, runtime
+
+
+def policy_energy(rows: list[dict[str, str]]) -> dict[str, tuple[str, float]]:
+    """{job id: (policy, J)} from sacct rows whose admin comment holds the agent's figures."""
+    out: dict[str, tuple[str, float]] = {}
+    for row in rows:
+        c = parse_comment(row.get("AdminComment", ""))
+        per_node = c.get("node_energy")
+        if not isinstance(per_node, dict):
+            continue
+        total, policy = 0.0, None
+        for summary in per_node.values():
+            if not isinstance(summary, dict):
+                continue
+            e = _number(summary.get("energy_j"))
+            total += e or 0.0
+            if isinstance(summary.get("policy"), str):
+                policy = summary["policy"]
+        requested_policy = c.get("energy") if isinstance(c.get("energy"), str) else None
+        out[row["JobID"]] = ((policy or requested_policy or "none")[:40], total)
+    return out
+
+
+def snapshot_generated_at(path: Path) -> float | None:
+    """The snapshot's generation time (the bridge daemon's heartbeat), None if unreadable."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(4096)
+    except OSError:
+        return None
+    m = _SNAPSHOT_GEN.search(head)
+    return float(m.group(1)) if m else None
+
+
+# ---- the exporter ----------------------------------------------------------------------------
+
+class ClusterExporter:
+    def __init__(self, site: Site, runner: Runner, snapshot: Path | None, every: float = 60.0,
+                 sacct_every: float = 0.0, window: int = 500, sacct_delay_s: float = 120.0,
+                 clock: Callable[[], float] = time.time):
+        self.view = SiteView.of(site)
+        self.runner, self.snapshot, self.every = runner, snapshot, every
+        self.sacct_every, self.sacct_delay_s, self.clock = sacct_every, sacct_delay_s, clock
+        self.last: Round | None = None
+        self.round_seconds = 0.0
+        self.errors = 0
+        self.calls: Counter[str] = Counter()
+        self.decisions_total: Counter[str] = Counter()
+        self._decided: set[int] = set()
+        self.predictions: OrderedDict[int, tuple[float, float, float]] = OrderedDict()
+        self.window = window
+        self.energy_by_policy: defaultdict[str, float] = defaultdict(float)
+        self._energy_seen: OrderedDict[str, None] = OrderedDict()
+        self._sacct_from: float | None = None
+        self._sacct_at = -math.inf
+
+    def _out(self, argv: list[str]) -> str:
+        self.calls[argv[0]] += 1
+        return self.runner.out(argv, timeout=max(10.0, min(60.0, self.every)))
+
+    def round(self) -> Round:
+        """One squeue --json and one sinfo; the tier's figures replace the last round's."""
+        t0 = time.monotonic()
+        try:
+            entries, problems = parse_queue(self._out(SQUEUE_JSON_ARGV))
+        except ValueError as e:
+            raise RuntimeFailure(f"squeue --json: unreadable answer: {e}") from e
+        nodes = parse_sinfo_nodes(self._out(SINFO_ARGV))
+        now = self.clock()
+        comments = [parse_comment(e.job.admin_comment) for e in entries]
+        r = summarize(self.view, entries, nodes, now, comments)
+        r.problems = problems
+        self._count_decisions(entries, comments)
+        for entry, comment in zip(entries, comments, strict=True):
+            p = prediction(entry, comment)
+            if p is not None and entry.job.job_id not in self.predictions:
+                self.predictions[entry.job.job_id] = p
+                while len(self.predictions) > self.window:
+                    self.predictions.popitem(last=False)
+        if self.sacct_every > 0 and time.monotonic() - self._sacct_at >= self.sacct_every:
+            self._sacct_at = time.monotonic()
+            self.poll_sacct(now)
+        self.last = r
+        self.round_seconds = time.monotonic() - t0
+        return r
+
+    def _count_decisions(self, entries: list[QueueEntry], comments: list[dict[str, Any]]) -> None:
+        """Each job's decision once (a counter); ids no longer in the queue are forgotten."""
+        present = set()
+        for e, c in zip(entries, comments, strict=True):
+            present.add(e.job.job_id)
+            if e.job.job_id in self._decided:
+                continue
+            why = c.get("why")
+            if c.get("hetero") == 1 and isinstance(why, str) and why:
+                self.decisions_total[why[:40]] += 1
+                self._decided.add(e.job.job_id)
+        self._decided &= present
+
+    def poll_sacct(self, now: float) -> None:
+        """Energy per policy of jobs that ended between the last poll and `sacct_delay_s`
+        ago (the epilogs write their figures after the end)."""
+        until = now - self.sacct_delay_s
+        since = self._sacct_from if self._sacct_from is not None else until - 3600
+        if until <= since:
+            return
+        argv = ["sacct", "-X", "-n", "-P", "-a", f"--delimiter={SACCT_DELIMITER}",
+                "-S", _sacct_time(since), "-E", _sacct_time(until),
+                "-s", "CD,F,TO,CA,NF,OOM,PR", "-o", ",".join(SACCT_FIELDS)]
+        try:
+            rows = parse_sacct(self._out(argv), SACCT_FIELDS, SACCT_DELIMITER)
+        except (RuntimeFailure, ValueError) as e:
+            log.warning("sacct: %s", e)
+            return
+        for job, (policy, joules) in policy_energy(rows).items():
+            if job in self._energy_seen:
+                continue
+            self._energy_seen[job] = None
+            self.energy_by_policy[policy] += joules
+        while len(self._energy_seen) > 100_000:
+            self._energy_seen.popitem(last=False)
+        self._sacct_from = until
+
+    def run(self, stop: Callable[[], bool]) -> None:
+        while not stop():
+            t0 = time.monotonic()
+            try:
+                self.round()
+            except Exception as e:  # a slurmctld that does not answer costs a round
+                self.errors += 1
+                log.warning("round failed: %s", e)
+            while not stop() and time.monotonic() - t0 < self.every:
+                time.sleep(min(0.2, self.every))
+
+    # ---- Prometheus collector ------------------------------------------------------------
+    def describe(self) -> list[Metric]:
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        r = self.last
+        yield from self._snapshot_metrics()
+        jobs = GaugeMetricFamily("hetero_jobs", "Pending and running jobs per pool and tier (QoS)",
+                                 labels=["state", "pool", "tier"])
+        req = GaugeMetricFamily("hetero_units_requested",
+                                "Normalized accelerator units requested by pending/running jobs",
+                                labels=["state", "pool", "tier"])
+        alloc = GaugeMetricFamily("hetero_units_allocated", "Normalized units allocated to running jobs",
+                                  labels=["pool", "tier"])
+        devs = GaugeMetricFamily("hetero_pool_devices",
+                                 "Devices per pool: total, usable (node not down/drained), allocated",
+                                 labels=["pool", "status"])
+        nodes = GaugeMetricFamily("hetero_pool_nodes", "Nodes per pool and state (CPU-only: cpu@ARCH)",
+                                  labels=["pool", "state"])
+        oldest = GaugeMetricFamily("hetero_pool_oldest_pending_seconds",
+                                   "How long the oldest pending job of a pool has waited", labels=["pool"])
+        why = GaugeMetricFamily("hetero_bridge_decision_jobs",
+                                "Jobs slurmctld holds, by the bridge decision's reason", labels=["why"])
+        if r is not None:
+            for (state, pool, tier), n in sorted(r.jobs.items()):
+                jobs.add_metric([state, pool, tier], n)
+            for (state, pool, tier), u in sorted(r.units_requested.items()):
+                req.add_metric([state, pool, tier], round(u, 4))
+            for (pool, tier), u in sorted(r.units_allocated.items()):
+                alloc.add_metric([pool, tier], round(u, 4))
+            for pool in self.view.pools:
+                for status in ("total", "usable"):
+                    devs.add_metric([pool, status], r.devices[(pool, status)])
+                devs.add_metric([pool, "allocated"], r.devices_allocated[pool])
+            for (pool, state), n in sorted(r.nodes.items()):
+                nodes.add_metric([pool, state], n)
+            for pool, s in sorted(r.oldest_pending_s.items()):
+                oldest.add_metric([pool], round(s, 1))
+            for reason, n in sorted(r.decisions.items()):
+                why.add_metric([reason], n)
+        yield from (jobs, req, alloc, devs, nodes, oldest, why)
+        total = CounterMetricFamily("hetero_bridge_decisions", "Bridge decisions seen, by reason",
+                                    labels=["why"])
+        for reason, n in sorted(dict(self.decisions_total).items()):  # copies: rounds run meanwhile
+            total.add_metric([reason], n)
+        yield total
+        yield from self._prediction_metrics()
+        pe = CounterMetricFamily("hetero_policy_energy_joules",
+                                 "Energy the node agent metered for finished jobs, by energy policy (sacct)",
+                                 labels=["policy"])
+        for policy, joules in sorted(dict(self.energy_by_policy).items()):
+            pe.add_metric([policy], joules)
+        yield pe
+        yield from self._self_metrics(r)
+
+    def _snapshot_metrics(self) -> Iterator[Metric]:
+        up = GaugeMetricFamily("hetero_bridge_snapshot_up", "1 when the capacity snapshot can be read")
+        gen = GaugeMetricFamily("hetero_bridge_snapshot_generated_timestamp_seconds",
+                                "When the bridge daemon last wrote the snapshot (its heartbeat)")
+        age = GaugeMetricFamily("hetero_bridge_snapshot_age_seconds", "Age of the capacity snapshot now")
+        at = snapshot_generated_at(self.snapshot) if self.snapshot else None
+        up.add_metric([], 0.0 if at is None else 1.0)
+        if at is not None:
+            gen.add_metric([], at)
+            age.add_metric([], max(0.0, self.clock() - at))
+        yield from (up, gen, age)
+
+    def _prediction_metrics(self) -> Iterator[Metric]:
+        preds = list(dict(self.predictions).values())
+        n = GaugeMetricFamily("hetero_prediction_jobs", "Completed jobs in the prediction window")
+        acc = GaugeMetricFamily("hetero_prediction_accuracy",
+                                "Mean of min(p50, runtime) / max(p50, runtime) over the window")
+        under = GaugeMetricFamily("hetero_prediction_under_p90_ratio",
+                                  "Share of the window's jobs that ran longer than their p90")
+        n.add_metric([], len(preds))
+        if preds:
+            acc.add_metric([], sum(min(p, a) / max(p, a) if max(p, a) > 0 else 1.0 for p, _, a in preds)
+                           / len(preds))
+            under.add_metric([], sum(1 for _, p90, a in preds if a > p90) / len(preds))
+        yield from (n, acc, under)
+
+    def _self_metrics(self, r: Round | None) -> Iterator[Metric]:
+        ts = GaugeMetricFamily("hetero_exporter_round_timestamp_seconds", "When the last round finished")
+        dur = GaugeMetricFamily("hetero_exporter_round_seconds", "How long the last round took")
+        if r is not None:
+            ts.add_metric([], r.t)
+            dur.add_metric([], self.round_seconds)
+        errs = CounterMetricFamily("hetero_exporter_round_errors", "Rounds that failed")
+        errs.add_metric([], self.errors)
+        calls = CounterMetricFamily("hetero_exporter_slurm_calls", "Slurm commands run, by command",
+                                    labels=["command"])
+        for cmd, k in sorted(dict(self.calls).items()):
+            calls.add_metric([cmd], k)
+        bad = GaugeMetricFamily("hetero_exporter_skipped_jobs", "Job entries of the last round that could "
+                                "not be read")
+        bad.add_metric([], len(r.problems) if r else 0)
+        yield from (ts, dur, errs, calls, bad)
+
+
+def _sacct_time(t: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(t))
+
+
+def serve_cluster(exporter: ClusterExporter, port: int, addr: str = "0.0.0.0",
+                  stop: Callable[[], bool] | None = None, ready: Callable[[int], None] | None = None) -> None:
+    """Serve /metrics and run rounds until stop() (default: SIGTERM/SIGINT)."""
+    stopping = threading.Event()
+    if stop is None:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: stopping.set())
+        stop = stopping.is_set
+    reg = CollectorRegistry(auto_describe=False)
+    reg.register(exporter)
+    from prometheus_client import ProcessCollector
+
+    ProcessCollector(registry=reg)
+    server, thread = start_http_server(port, addr, registry=reg)
+    if ready:
+        ready(int(server.server_address[1]))
+    try:
+        exporter.run(stop)
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)

@@ -1,0 +1,179 @@
+"""The exporters on the real dev cluster, scraped by a real Prometheus (Debian's package).
+
+Node exporters for a GPU node and an NPU node and the cluster exporter run as processes;
+Prometheus scrapes them with the rendered configuration and rules (short intervals). A GPU
+and an NPU job run: their devices' series must carry their job ids, as Prometheus stored
+them. Then the bridge daemon is stopped: the heartbeat alert must fire.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import shutil
+import subprocess
+import sys
+import time
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from slurm_hetero.devcluster import Cluster
+from slurm_hetero.devcluster.procs import free_ports, port_open, wait_until
+from slurm_hetero.energy.fake import FakeDevices
+from slurm_hetero.monitor.render import PrometheusSettings, render_prometheus
+from slurm_hetero.site import Site
+from slurm_hetero.slurm.jobs import submit
+from tests.integration.test_energy import devices_of
+
+pytestmark = pytest.mark.integration
+
+GPU_NODE, NPU_NODE = "h100-01", "npu-01"
+
+
+class Prom:
+    def __init__(self, port: int):
+        self.base = f"http://127.0.0.1:{port}"
+
+    def get(self, path: str, **params: str) -> Any:
+        url = f"{self.base}{path}" + (f"?{urllib.parse.urlencode(params)}" if params else "")
+        with urllib.request.urlopen(url, timeout=5) as r:
+            doc = json.loads(r.read())
+        assert doc["status"] == "success", doc
+        return doc["data"]
+
+    def query(self, q: str) -> list[dict[str, Any]]:
+        result: list[dict[str, Any]] = self.get("/api/v1/query", query=q)["result"]
+        return result
+
+    def wait(self, q: str, check: Any, timeout: float = 60) -> list[dict[str, Any]]:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                res = self.query(q)
+            except OSError:
+                res = []
+            if check(res):
+                return res
+            assert time.monotonic() < deadline, f"{q}: {res}"
+            time.sleep(1)
+
+
+def has_series(n: int) -> Any:
+    return lambda r: len(r) == n
+
+
+def has_values(values: list[float]) -> Any:
+    return lambda r: [float(x["value"][1]) for x in r] == values
+
+
+@pytest.fixture(scope="module")
+def monitoring(cluster: Cluster, demo_site: Site, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prom]:
+    if shutil.which("prometheus") is None:
+        pytest.fail("Debian's prometheus package is not installed (apt-get install prometheus)")
+    tmp = tmp_path_factory.mktemp("monitor")
+    gpu_port, npu_port, cluster_port, prom_port = free_ports(4)
+    env = cluster.runner.env()  # SLURM_CONF: the agent config next to it names the fake devices
+    py = [sys.executable, "-m", "slurm_hetero.monitor"]
+    argvs = [
+        [*py, "node-exporter", "--node", GPU_NODE, "--port", str(gpu_port), "--listen", "127.0.0.1",
+         "--tier", "2", "--arch", "x86_64"],
+        [*py, "node-exporter", "--node", NPU_NODE, "--port", str(npu_port), "--listen", "127.0.0.1",
+         "--tier", "2", "--arch", "aarch64"],
+        [*py, "cluster-exporter", "--site", str(demo_site.path), "--port", str(cluster_port),
+         "--listen", "127.0.0.1", "--snapshot", str(cluster.state / "hetero-snapshot.lua"),
+         "--every", "2", "--sacct-every", "0"],
+    ]
+    settings = PrometheusSettings(
+        node_targets=[f"127.0.0.1:{gpu_port}", f"127.0.0.1:{npu_port}"],
+        cluster_targets=[f"127.0.0.1:{cluster_port}"], rules_file=str(tmp / "hetero-rules.yml"),
+        node_scrape_s=1, cluster_scrape_s=1, cluster_every_s=2, fast_rules_s=1, slow_rules_s=2,
+        alert_for_s=1, heartbeat_lost_s=6, snapshot_stale_s=10)
+    for name, text in render_prometheus(settings).items():
+        (tmp / name).write_text(text)
+    argvs.append(["prometheus", f"--config.file={tmp / 'prometheus.yml'}", f"--storage.tsdb.path={tmp / 'data'}",
+                  f"--web.listen-address=127.0.0.1:{prom_port}"])
+    procs: list[subprocess.Popen[bytes]] = []
+    logs = []
+    try:
+        for i, argv in enumerate(argvs):
+            log = open(tmp / f"proc-{i}.log", "wb")  # noqa: SIM115 - closed below
+            logs.append(log)
+            procs.append(subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                          stdin=subprocess.DEVNULL))
+        for port in (gpu_port, npu_port, cluster_port, prom_port):
+            assert wait_until(functools.partial(port_open, port), 30), \
+                f"port {port} not open:\n" + "\n".join(p.read_text()[-2000:] for p in sorted(tmp.glob("proc-*.log")))
+        prom = Prom(prom_port)
+        # every target scraped once
+        prom.wait('up{job=~"hetero-.*"}', lambda r: len(r) == 3 and all(x["value"][1] == "1" for x in r))
+        yield prom
+    finally:
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            try:
+                p.wait(10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        for log in logs:
+            log.close()
+
+
+def test_running_jobs_series_carry_their_job_id(cluster: Cluster, monitoring: Prom) -> None:
+    gpu = submit(cluster.runner, ["--accel=h100:2", "--energy=efficiency", "-o", "/dev/null"], "sleep 40")
+    npu = submit(cluster.runner, ["--accel=cann:2", "-w", NPU_NODE, "-o", "/dev/null"], "sleep 40")
+    try:
+        for jid, node, kind, arch in ((gpu, GPU_NODE, "gpu", "x86_64"), (npu, NPU_NODE, "npu", "aarch64")):
+            got_node, _, idx = devices_of(cluster, jid)
+            assert got_node == node
+            res = monitoring.wait(f'hetero_device_power_watts{{jobid="{jid}"}}', has_series(len(idx)))
+            assert sorted(int(r["metric"]["index"]) for r in res) == sorted(idx)
+            for r in res:
+                m = r["metric"]
+                assert (m["node"], m["kind"], m["arch"], m["user"], m["job"]) == \
+                    (node, kind, arch, "root", "hetero-node")
+                assert float(r["value"][1]) > 0
+            # the 10 s tier (2 s here) and its recording rule see the job too
+            monitoring.wait(f'hetero_job_devices{{jobid="{jid}"}}', has_values([len(idx)]))
+            monitoring.wait(f'hetero:job_power_watts:sum{{jobid="{jid}"}}',
+                            lambda r: len(r) == 1 and float(r[0]["value"][1]) > 0)
+        # devices no job holds carry no job id
+        free = monitoring.query(f'hetero_device_power_watts{{node="{GPU_NODE}", jobid=""}}')
+        assert len(free) == 8 - 2
+        # what the agent applied to the GPU job's devices (the fake's state) is what Prometheus has
+        _, _, idx = devices_of(cluster, gpu)
+        fake = FakeDevices(cluster.dev / GPU_NODE / "fake-devices.json")
+        for i in idx:
+            state = fake.state(i)
+            res = monitoring.query(f'hetero_device_power_limit_watts{{node="{GPU_NODE}", index="{i}"}}')
+            assert [float(r["value"][1]) for r in res] == [state["limit_w"]]
+            changed = state["limit_w"] != state["default_w"] or state["clock_level"] != "default"
+            res = monitoring.query(f'hetero_device_non_default{{node="{GPU_NODE}", index="{i}"}}')
+            assert [(r["metric"]["jobid"], float(r["value"][1])) for r in res] == [(str(gpu), float(changed))]
+        # the cluster exporter counts both jobs as running in their pools
+        pools = monitoring.wait('hetero_jobs{state="running"}',
+                                lambda r: {x["metric"]["pool"] for x in r} >= {"h100@x86_64", "ascend-910b@aarch64"})
+        assert pools
+    finally:
+        cluster.runner.run(["scancel", str(gpu), str(npu)], check=False)
+
+
+def test_alert_fires_when_the_bridge_daemon_stops(cluster: Cluster, demo_site: Site, monitoring: Prom) -> None:
+    def firing(name: str) -> bool:
+        alerts = monitoring.get("/api/v1/alerts")["alerts"]
+        return any(a["labels"]["alertname"] == name and a["state"] == "firing" for a in alerts)
+
+    assert wait_until(lambda: monitoring.query("hetero_bridge_snapshot_up == 1") != [], 20)
+    assert not firing("HeteroBridgeHeartbeatLost")
+    cluster.stop_bridge()
+    try:
+        assert wait_until(lambda: firing("HeteroBridgeHeartbeatLost"), 60, 1.0), \
+            monitoring.get("/api/v1/alerts")
+    finally:
+        cluster.start_bridge(demo_site)
+    assert wait_until(lambda: not firing("HeteroBridgeHeartbeatLost"), 60, 1.0)

@@ -1,0 +1,174 @@
+"""The rendered Prometheus configuration, the exporters' systemd units and the Grafana
+dashboard: YAML/JSON structure, every metric they name exists, and (where Debian's
+`promtool` is installed) Prometheus's own checker accepts them."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from slurm_hetero.conf.render import Profile
+from slurm_hetero.energy.backends import open_devices
+from slurm_hetero.energy.fake import FakeDevices
+from slurm_hetero.errors import InputError
+from slurm_hetero.monitor.cluster import ClusterExporter
+from slurm_hetero.monitor.node import NodeExporter, registry_for
+from slurm_hetero.monitor.render import PrometheusSettings, render_prometheus, render_units, settings_for_site
+from slurm_hetero.site import load_site
+from tests.unit.test_monitor_cluster import CapturedSlurm
+
+ROOT = Path(__file__).resolve().parents[2]
+DASHBOARD = ROOT / "slurm_hetero" / "monitor" / "dashboard.json"
+SETTINGS = PrometheusSettings(node_targets=["gpu-01:9410", "npu-01:9410"], cluster_targets=["ctl:9411"],
+                              alertmanagers=["am:9093"])
+METRIC = re.compile(r"\b(hetero[_:][a-z0-9_:]+)")
+
+
+def exported_names(tmp_path: Path) -> set[str]:
+    """Every metric name the two exporters can produce (all optional families filled)."""
+    FakeDevices.create(tmp_path / "f.json", "gpu", 2, "h100", default_w=700, memory_mib=1000)
+    node_dir = tmp_path / "node"
+    node_dir.mkdir()
+    (node_dir / "job-5.json").write_text(json.dumps({"job": "5", "user": "u", "policy": "balanced",
+                                                     "devices": [{"kind": "gpu", "idx": 0, "t": 1, "energy_j": 0}]}))
+    exp = NodeExporter(node="n", arch="x86_64", dev=open_devices(f"fake:{tmp_path}/f.json"), node_dir=node_dir,
+                       sampled=True)
+    exp.sample()
+    names = {m.name for m in registry_for(exp).collect()}
+    # families only some backends fill (NVML, npu-smi): named in node.py, listed here from it
+    names |= set(re.findall(r'"(hetero_device_[a-z_]+)"', (ROOT / "slurm_hetero/monitor/node.py").read_text()))
+    site = load_site(ROOT / "site" / "demo" / "site.yaml")
+    cexp = ClusterExporter(site, CapturedSlurm(), None)
+    cexp.round()
+    names |= {m.name for m in cexp.collect()}
+    return names
+
+
+def series_names(names: set[str]) -> set[str]:
+    """Counters are exposed as NAME_total."""
+    return names | {n + "_total" for n in names}
+
+
+def test_prometheus_config_and_rules(tmp_path: Path) -> None:
+    files = render_prometheus(SETTINGS)
+    conf = yaml.safe_load(files["prometheus.yml"])
+    jobs = {j["job_name"]: j for j in conf["scrape_configs"]}
+    assert jobs["hetero-node"]["static_configs"][0]["targets"] == SETTINGS.node_targets
+    assert jobs["hetero-cluster"]["static_configs"][0]["targets"] == SETTINGS.cluster_targets
+    assert conf["rule_files"] == ["hetero-rules.yml"]
+    rules = yaml.safe_load(files["hetero-rules.yml"])
+    groups = {g["name"]: g for g in rules["groups"]}
+    assert groups["hetero-10s"]["interval"] == "10s" and groups["hetero-60s"]["interval"] == "60s"
+    alerts = {r["alert"] for r in groups["hetero-alerts"]["rules"]}
+    assert {"HeteroBridgeHeartbeatLost", "HeteroSnapshotStale", "HeteroDeviceStuckNonDefault",
+            "HeteroNodeAgentErrors", "HeteroPoolStarving"} <= alerts
+    # every metric a rule reads is exported or recorded
+    known = series_names(exported_names(tmp_path))
+    recorded = {r["record"] for g in rules["groups"] for r in g["rules"] if "record" in r}
+    used = {m for g in rules["groups"] for r in g["rules"] for m in METRIC.findall(r["expr"])}
+    assert used - known - recorded == set()
+    # Prometheus's templates survived jinja
+    heartbeat = next(r for r in groups["hetero-alerts"]["rules"] if r["alert"] == "HeteroBridgeHeartbeatLost")
+    assert "{{ $value | humanizeDuration }}" in heartbeat["annotations"]["summary"]
+
+
+@pytest.mark.skipif(shutil.which("promtool") is None, reason="Debian's prometheus package not installed")
+def test_promtool_accepts_the_rendered_files(tmp_path: Path) -> None:
+    for name, text in render_prometheus(SETTINGS).items():
+        (tmp_path / name).write_text(text)
+    r = subprocess.run(["promtool", "check", "config", str(tmp_path / "prometheus.yml")],
+                       capture_output=True, text=True, check=False)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_settings_are_checked() -> None:
+    with pytest.raises(InputError, match="node_scrape_s"):
+        render_prometheus(PrometheusSettings(node_targets=["a:1"], cluster_targets=["b:2"], node_scrape_s=0))
+    with pytest.raises(InputError, match="HOST:PORT"):
+        render_prometheus(PrometheusSettings(node_targets=["a"], cluster_targets=["b:2"]))
+    sd = render_prometheus(PrometheusSettings(node_sd_file="/etc/prometheus/nodes.json", cluster_targets=["b:2"]))
+    node = yaml.safe_load(sd["prometheus.yml"])["scrape_configs"][0]
+    assert node["file_sd_configs"] == [{"files": ["/etc/prometheus/nodes.json"]}]
+
+
+def test_systemd_units() -> None:
+    units = render_units(Profile(agent_cli="/opt/hetero/bin/slurm-hetero"), "/etc/slurm/my site.yaml",
+                         node_port=9500)
+    node = units["hetero-node-exporter.service"]
+    assert "ExecStart=/opt/hetero/bin/slurm-hetero node exporter --port 9500 --every 1\n" in node
+    assert "Environment=SLURM_CONF=/etc/slurm/slurm.conf" in node
+    cluster = units["hetero-exporter.service"]
+    assert "exporter --site '/etc/slurm/my site.yaml' --snapshot /var/spool/slurmctld/hetero-snapshot.lua" in cluster
+    for text in units.values():
+        assert "[Service]" in text and "[Install]" in text and "{{" not in text
+
+
+def _panels(dash: dict[str, Any]) -> list[dict[str, Any]]:
+    out = []
+    for p in dash["panels"]:
+        out.append(p)
+        out += p.get("panels", [])
+    return out
+
+
+def test_grafana_dashboard_structure(tmp_path: Path) -> None:
+    dash = json.loads(DASHBOARD.read_text())
+    assert dash["uid"] and dash["title"] and isinstance(dash["schemaVersion"], int)
+    panels = _panels(dash)
+    ids = [p["id"] for p in panels]
+    assert len(ids) == len(set(ids)), "panel ids must be unique"
+    variables = {v["name"] for v in dash["templating"]["list"]}
+    occupied: set[tuple[int, int]] = set()
+    for p in panels:
+        g = p["gridPos"]
+        assert all(isinstance(g[k], int) for k in ("h", "w", "x", "y")), p["title"]
+        assert g["x"] >= 0 and g["x"] + g["w"] <= 24, p["title"]
+        cells = {(x, y) for x in range(g["x"], g["x"] + g["w"]) for y in range(g["y"], g["y"] + g["h"])}
+        assert not cells & occupied, f"panel {p['title']!r} overlaps another"
+        occupied |= cells
+        if p["type"] == "row":
+            continue
+        assert p["datasource"]["uid"] == "${datasource}" and p["targets"], p["title"]
+        refs = [t["refId"] for t in p["targets"]]
+        assert len(refs) == len(set(refs))
+        for t in p["targets"]:
+            for var in re.findall(r"\$(\w+)", t["expr"]):
+                assert var in variables, (p["title"], var)
+    known = series_names(exported_names(tmp_path))
+    recorded = {r["record"] for g in yaml.safe_load(render_prometheus(SETTINGS)["hetero-rules.yml"])["groups"]
+                for r in g["rules"] if "record" in r}
+    exprs = [t["expr"] for p in panels for t in p.get("targets", [])]
+    exprs += [v["definition"] for v in dash["templating"]["list"] if "definition" in v]
+    used = {m for e in exprs for m in METRIC.findall(e)}
+    assert used - known - recorded == set()
+
+
+@pytest.mark.skipif(shutil.which("promtool") is None, reason="Debian's prometheus package not installed")
+def test_dashboard_queries_parse_as_promql(tmp_path: Path) -> None:
+    """Each panel query, with its variables filled, as a recording rule promtool must parse."""
+    dash = json.loads(DASHBOARD.read_text())
+    exprs = [t["expr"] for p in _panels(dash) for t in p.get("targets", [])]
+    rules = {"groups": [{"name": "dashboard", "rules": [
+        {"record": f"dashboard:q{i}", "expr": re.sub(r"\$\w+", ".*", e)} for i, e in enumerate(exprs)]}]}
+    (tmp_path / "q.yml").write_text(yaml.safe_dump(rules))
+    r = subprocess.run(["promtool", "check", "rules", str(tmp_path / "q.yml")], capture_output=True, text=True,
+                       check=False)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_settings_from_the_site() -> None:
+    site = load_site(ROOT / "site" / "demo" / "site.yaml")
+    s = settings_for_site(site, Profile(ctld_host="ctl", snapshot_stale_s=45), node_port=9500)
+    accel_nodes = [n for g in site.node_groups if g.accelerators for n in g.nodes]
+    assert s.node_targets == [f"{n}:9500" for n in accel_nodes] and s.cluster_targets == ["ctl:9411"]
+    assert s.snapshot_stale_s == 45
+    assert len(settings_for_site(site, Profile(), all_nodes=True).node_targets) == len(site.all_nodes)
+    rules = render_prometheus(s)["hetero-rules.yml"]
+    assert "hetero_bridge_snapshot_age_seconds > 45" in rules
