@@ -57,8 +57,8 @@ def _key_hits(text: str, key: str) -> list[str]:
 
 
 def parse_job_record(text: str, keys: Iterable[str], optional: Iterable[str] = ()) -> dict[str, str]:
-    """The values of `keys` in one `scontrol show job` record, each required exactly once
-    (keys in `optional` may be absent). JobName and JobId come from the first line.
+    """The values of `keys` (each required exactly once) and of `optional` (at most once)
+    in one `scontrol show job` record. JobName and JobId come from the first line.
 
     >>> parse_job_record("JobId=7 JobName=a JobState=X\\n   JobState=RUNNING Reason=None\\n",
     ...                  ["JobId", "JobName", "JobState"])
@@ -71,7 +71,7 @@ def parse_job_record(text: str, keys: Iterable[str], optional: Iterable[str] = (
     rest = lines[1] if len(lines) > 1 else ""
     out: dict[str, str] = {}
     opt = set(optional)
-    for key in keys:
+    for key in dict.fromkeys([*keys, *opt]):
         if key == "JobId":
             out[key] = first.group(1)
             continue

@@ -180,3 +180,9 @@ def test_24_11_squeue_json() -> None:
     assert by_id[2].time_limit_min == 10 and by_id[2].tres_per_node == "gres/gpu:h100:2"
     assert by_id[3].state == "PENDING" and by_id[3].time_limit_min == 5 and by_id[3].start_time is None
     assert by_id[3].name.startswith("p\n") and by_id[2].gres_detail == ("gpu:h100:2(IDX:0-1)",)
+
+
+def test_optional_keys_are_read_when_present() -> None:
+    text = 'JobId=3 JobName=a\n   JobState=RUNNING\n   AdminComment={"energy":"efficiency"} \n'
+    assert parse_job_record(text, ["JobState"], optional=["AdminComment", "BatchHost"]) == {
+        "JobState": "RUNNING", "AdminComment": '{"energy":"efficiency"}'}
