@@ -83,8 +83,8 @@ def model_from_fields(model_id: str, f: dict[str, Any]) -> AccelModel:
         resource_type=f["resource_type"],
         gres_type=str(f.get("gres_type") or model_id),
         architectures=tuple(f.get("architectures") or ("x86_64", "aarch64")),
-        device_memory_mib=parse_size_mib(f["device_memory"]),
-        memory_bandwidth_gbs=parse_bandwidth_gbs(f["memory_bandwidth"]),
+        device_memory_mib=parse_size_mib(f["device_memory"], minimum=1),  # normalize() divides
+        memory_bandwidth_gbs=parse_bandwidth_gbs(f["memory_bandwidth"], positive=True),
         fp16_tflops=f.get("fp16_tflops"),
         bf16_tflops=f.get("bf16_tflops"),
         fp32_tflops=f.get("fp32_tflops"),

@@ -7,8 +7,10 @@ a hint, so an admin can fix a site file in one pass.
 from __future__ import annotations
 
 import difflib
+import itertools
 import json
-from collections.abc import Iterable
+import re
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -19,7 +21,6 @@ import yaml
 from ClusterShell.NodeSet import NodeSet, NodeSetParseError
 
 from slurm_hetero.containers.siteload import load_containers
-from slurm_hetero.energy.policies import DEFAULT_POLICIES, AutoRule, EnergyPolicy, parse_power_cap
 from slurm_hetero.errors import InputError
 from slurm_hetero.site.catalog import (
     DEFAULT_WEIGHTS,
@@ -29,7 +30,31 @@ from slurm_hetero.site.catalog import (
     model_from_fields,
     normalize,
 )
+from slurm_hetero.site.limits import (
+    MAX_CPUS_PER_NODE,
+    MAX_DEVICES_PER_NODE,
+    MAX_FILE_BYTES,
+    MAX_HOSTLIST_TERMS,
+    MAX_NODES,
+    MAX_PARTITION_TERMS,
+    MAX_PROBLEMS_SHOWN,
+    MAX_SCHEMA_PROBLEMS,
+    MAX_UNITS_PER_DEVICE,
+    HostlistError,
+    hostlist_size,
+    shown,
+)
 from slurm_hetero.site.model import AccelGroup, Billing, NodeAgent, NodeGroup, Partition, QosTier, Site
+from slurm_hetero.site.policies import DEFAULT_POLICIES, AutoRule, EnergyPolicy, parse_power_cap
+from slurm_hetero.site.safeyaml import (
+    IMPLICIT_TAGS,
+    TAG_HINT,
+    YamlLimitError,
+    compose_limited,
+    construct,
+    short_tag,
+    value_failure,
+)
 from slurm_hetero.site.units import parse_bandwidth_gbs, parse_size_mib
 
 ARCH_ALIASES = {
@@ -49,6 +74,8 @@ _MODEL_REQUIRED = ("stack", "resource_type", "device_memory", "memory_bandwidth"
                    "compute_units")
 
 Path_ = tuple[str | int, ...]
+_STR = "tag:yaml.org,2002:str"
+_MERGE = "tag:yaml.org,2002:merge"
 
 
 @dataclass(frozen=True)
@@ -65,13 +92,17 @@ class Problem:
 
 
 class SiteError(InputError):
-    """All problems of one site file; str() is the full, ordered report."""
+    """All problems of one site file; str() is the ordered report (the first
+    MAX_PROBLEMS_SHOWN of them, then how many more)."""
 
     def __init__(self, source: str, lines: list[str]):
         self.source = source
         self.lines = lines
         n = len(lines)
-        super().__init__(f"{source}: {n} problem{'s' if n != 1 else ''}\n" + "\n".join(lines))
+        shown_lines = lines[:MAX_PROBLEMS_SHOWN]
+        if n > MAX_PROBLEMS_SHOWN:
+            shown_lines.append(f"{source}: ... and {n - MAX_PROBLEMS_SHOWN} more problems")
+        super().__init__(f"{source}: {n} problem{'s' if n != 1 else ''}\n" + "\n".join(shown_lines))
 
 
 def _dotted(path: Path_) -> str:
@@ -89,25 +120,64 @@ def _position(path: Path_, positions: dict[Path_, tuple[int, int]]) -> tuple[int
     return (0, 0)
 
 
+def _line_col(text: str, index: int) -> tuple[int, int]:
+    start = text.rfind("\n", 0, index) + 1
+    return text.count("\n", 0, index) + 1, index - start + 1
+
+
+def _yaml_error(source: str, text: str, e: yaml.YAMLError) -> SiteError:
+    mark = getattr(e, "problem_mark", None)
+    if isinstance(e, yaml.reader.ReaderError):
+        line, col = _line_col(text, e.position)
+        char = chr(e.character) if isinstance(e.character, int) else str(e.character)
+        return SiteError(source, [f"{source}:{line}:{col}: not valid YAML: character {char!r} is not "
+                                  "allowed\n    hint: a site file is printable text (tabs and line "
+                                  "breaks are fine; control characters are not)"])
+    where = f"{source}:{mark.line + 1}:{mark.column + 1}" if mark else source
+    problem = getattr(e, "problem", None) or str(e)
+    if isinstance(e, yaml.composer.ComposerError) and e.context:
+        problem = f"{e.context}, {problem}"  # e.g. expected a single document, but found another
+    return SiteError(source, [f"{where}: not valid YAML: {problem}"])
+
+
 def _compose(text: str, source: str) -> tuple[Any, dict[Path_, tuple[int, int]], list[Problem]]:
-    """Parse YAML, returning data, a path → (line, col) map, and duplicate-key problems."""
+    """Parse YAML within the limits of site/limits.py, returning data, a path → (line, col)
+    map, and duplicate-key problems."""
+    if len(text) > MAX_FILE_BYTES:
+        raise SiteError(source, [f"{source}: {len(text)} characters is too large for a site file\n"
+                                 f"    hint: at most {MAX_FILE_BYTES} bytes ({MAX_FILE_BYTES >> 20} MiB)"])
     try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        doc = compose_limited(text)
+    except YamlLimitError as e:
+        problem = Problem(e.path, e.message, e.hint)
+        raise SiteError(source, [problem.format(source, {e.path: (e.line, e.column)})]) from None
     except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f"{source}:{mark.line + 1}:{mark.column + 1}" if mark else source
-        raise SiteError(source, [f"{where}: not valid YAML: {getattr(e, 'problem', e)}"]) from e
+        raise _yaml_error(source, text, e) from e
     positions: dict[Path_, tuple[int, int]] = {}
+    first_path: dict[int, Path_] = {}
     problems: list[Problem] = []
+    fatal: list[Problem] = []
 
     def walk(n: yaml.Node, path: Path_) -> None:
+        # Bounded: compose_limited refused documents that expand beyond the value budget.
         positions[path] = (n.start_mark.line + 1, n.start_mark.column + 1)
+        first_path.setdefault(id(n), path)
+        if n.tag not in IMPLICIT_TAGS:
+            fatal.append(Problem(path, f"YAML tag {shown(short_tag(n.tag))} is not allowed", TAG_HINT))
         if isinstance(n, yaml.MappingNode):
             seen: set[str] = set()
             for k, v in n.value:
+                if not isinstance(k, yaml.ScalarNode) or k.tag not in (_STR, _MERGE):
+                    scalar = isinstance(k, yaml.ScalarNode)
+                    where = (*path, str(k.value)[:60] if scalar else "<key>")
+                    positions.setdefault(where, (k.start_mark.line + 1, k.start_mark.column + 1))
+                    what = shown(k.value) if scalar else "(a list or mapping)"
+                    fatal.append(Problem(where, f"key {what} is not a string",
+                                         'keys are names: quote one YAML reads otherwise, e.g. "1":'))
+                    continue
                 key = str(k.value)
                 if key in seen:
-                    problems.append(Problem((*path, key), f"duplicate key {key!r}",
+                    problems.append(Problem((*path, key), f"duplicate key {shown(key)}",
                                             "each key may appear once; the later one would win"))
                 seen.add(key)
                 walk(v, (*path, key))
@@ -115,10 +185,21 @@ def _compose(text: str, source: str) -> tuple[Any, dict[Path_, tuple[int, int]],
             for i, v in enumerate(n.value):
                 walk(v, (*path, i))
 
-    if node is None:
+    if doc.node is None:
         return None, positions, problems
-    walk(node, ())
-    data = yaml.safe_load(text)
+    walk(doc.node, ())
+    if fatal:
+        raise SiteError(source, [p.format(source, positions) for p in fatal])
+    try:
+        data = construct(doc.node)
+    except yaml.YAMLError as e:
+        failure = value_failure(e)
+        if failure is None:
+            raise _yaml_error(source, text, e) from e
+        node, message, hint = failure
+        path = first_path.get(id(node), ())
+        at = {path: (node.start_mark.line + 1, node.start_mark.column + 1)}
+        raise SiteError(source, [Problem(path, message, hint).format(source, at)]) from e
     return data, positions, problems
 
 
@@ -128,30 +209,65 @@ def _schema() -> dict[str, Any]:
     return schema
 
 
+def _schema_message(err: jsonschema.ValidationError) -> tuple[str, str]:
+    """The message and hint of one schema error; a long value is cut, a limit is named."""
+    inst: Any = err.instance
+    limit = err.validator_value
+    schema = err.schema if isinstance(err.schema, dict) else {}
+    desc = str(schema.get("description", ""))
+    if err.validator == "pattern":
+        return f"{shown(inst)} is not allowed: must match {limit}", desc
+    if err.validator == "maxLength":
+        return f"{shown(inst)} is too long ({len(inst)} characters): at most {limit}", desc
+    if err.validator == "maxItems":
+        return f"{len(inst)} items are too many: at most {limit}", desc
+    if err.validator == "maxProperties":
+        return f"{len(inst)} entries are too many: at most {limit}", desc
+    msg = err.message
+    if len(msg) > 200:
+        msg = msg.replace(repr(inst), shown(inst))
+    if err.validator == "additionalProperties":
+        allowed = sorted(schema.get("properties", {}))
+        return msg, ("allowed keys: " + ", ".join(allowed)) if allowed else ""
+    if err.validator == "required":
+        return msg, "see site/demo/site.yaml for a complete example"
+    if err.validator in ("type", "maximum", "exclusiveMaximum") and desc:
+        return msg, desc  # e.g. quote versions: "12.4"; devices of one model per node: 1 to 64
+    return msg, ""
+
+
+def _whole_string_pattern(validator: Any, pattern: str, instance: Any,
+                          schema: dict[str, Any]) -> Iterator[jsonschema.ValidationError]:
+    """JSON Schema's `pattern` with ECMA-262's `$`: the end of the string. Python's `$` also
+    matches before a final newline, which would let `name: "demo\\n"` into slurm.conf."""
+    if not validator.is_type(instance, "string"):
+        return
+    anchored = pattern[:-1] + r"\Z" if pattern.endswith("$") and not pattern.endswith("\\$") else pattern
+    if not re.search(anchored, instance):
+        yield jsonschema.ValidationError(f"{instance!r} does not match {pattern!r}")
+
+
+_Validator: Any = jsonschema.validators.extend(  # type: ignore[no-untyped-call]
+    jsonschema.Draft202012Validator, {"pattern": _whole_string_pattern})
+
+
 def _schema_problems(data: Any) -> list[Problem]:
-    validator = jsonschema.Draft202012Validator(_schema())
+    validator = _Validator(_schema())
+    # A 90,000-item list of bad values is 90,000 errors: stop collecting well before that.
+    errors = list(itertools.islice(validator.iter_errors(data), MAX_SCHEMA_PROBLEMS + 1))
     out = []
-    for err in sorted(validator.iter_errors(data), key=lambda e: list(map(str, e.absolute_path))):
-        path = tuple(err.absolute_path)
-        msg, hint = err.message, ""
-        if err.validator == "pattern":
-            desc = err.schema.get("description", "")
-            msg = f"{err.instance!r} is not allowed: must match {err.validator_value}"
-            hint = desc
-        elif err.validator == "additionalProperties":
-            allowed = sorted(err.schema.get("properties", {}))
-            if allowed:
-                hint = "allowed keys: " + ", ".join(allowed)
-        elif err.validator == "required":
-            hint = "see site/demo/site.yaml for a complete example"
-        elif err.validator == "type" and err.schema.get("description"):
-            hint = err.schema["description"]  # e.g. quote versions: "12.4"
-        out.append(Problem(path, msg, hint))
+    for err in sorted(errors[:MAX_SCHEMA_PROBLEMS], key=lambda e: list(map(str, e.absolute_path))):
+        msg, hint = _schema_message(err)
+        out.append(Problem(tuple(err.absolute_path), msg, hint))
+    if len(errors) > MAX_SCHEMA_PROBLEMS:
+        out.append(Problem((), f"more problems not listed: checking stopped after {MAX_SCHEMA_PROBLEMS}",
+                           "fix these and validate again"))
     return out
 
 
 def _near(name: str, known: Iterable[str]) -> str:
-    close = difflib.get_close_matches(name.lower(), list(known), n=3, cutoff=0.6)
+    close = (difflib.get_close_matches(name.lower(), list(known), n=3, cutoff=0.6)
+             if len(name) <= 64 else [])
     return f"did you mean: {', '.join(close)}?" if close else "known: " + ", ".join(sorted(known))
 
 
@@ -161,6 +277,7 @@ class _Builder:
     def __init__(self, data: dict[str, Any]):
         self.data = data
         self.problems: list[Problem] = []
+        self.broken_models: set[str] = set()  # catalog entries that could not be built
 
     def err(self, path: Path_, message: str, hint: str = "") -> None:
         self.problems.append(Problem(path, message, hint))
@@ -179,6 +296,7 @@ class _Builder:
                 raw[mid] = dict(fields)
         models: dict[str, AccelModel] = {}
         site_cat = self.data.get("catalog") or {}
+        failed = {mid for mid, fields in (self.data.get("catalog") or {}).items() if mid not in raw}
         for mid, fields in raw.items():
             base: Path_ = ("catalog", mid)
             try:
@@ -186,6 +304,7 @@ class _Builder:
             except ValueError as e:
                 key = "memory_bandwidth" if "bandwidth" in str(e) else "device_memory"
                 self.err((*base, key) if mid in site_cat else base, str(e))
+                failed.add(mid)
                 continue
             bad = [a for a in models[mid].architectures if a not in ARCH_ALIASES]
             if bad:
@@ -200,11 +319,39 @@ class _Builder:
             reference=norm_data.get("reference", "a100-80gb"),
             weights={**DEFAULT_WEIGHTS, **(norm_data.get("weights") or {})},
         )
+        self.broken_models = failed
         if norm.reference not in models:
-            self.err(("normalization", "reference"), f"unknown reference model {norm.reference!r}",
-                     _near(norm.reference, models))
+            if norm.reference not in failed:  # else its own problem is reported already
+                self.err(("normalization", "reference"), f"unknown reference model {shown(norm.reference)}",
+                         _near(norm.reference, models))
             return models, norm
-        return normalize(models, norm), norm
+        if self.problems:
+            return models, norm  # a model without figures cannot be normalized (nor divided by)
+        normalized = normalize(models, norm)
+        self.check_units(normalized, norm, site_cat)
+        return normalized, norm
+
+    def check_units(self, models: dict[str, AccelModel], norm: Normalization,
+                    site_cat: dict[str, Any]) -> None:
+        """No device may be worth more than MAX_UNITS_PER_DEVICE of the reference: past that,
+        node weights and billing overflow what Slurm stores (and the figures are wrong)."""
+        ref = norm.reference
+        over = sorted((m for m in models.values() if m.units > MAX_UNITS_PER_DEVICE),
+                      key=lambda m: -m.units)
+        hint = (f"at most {MAX_UNITS_PER_DEVICE:g} units per device: check the datasheet figures and "
+                "their units (device_memory: 80GB, memory_bandwidth: 2TB/s)")
+        rest = []
+        for m in over:
+            if m.id in site_cat and m.id != ref:
+                self.err(("catalog", m.id), f"model {m.id} would be {m.units:g} normalized units per "
+                         f"device (reference {ref} = 1.0)", hint)
+            else:
+                rest.append(m)
+        if rest:
+            path: Path_ = ("catalog", ref) if ref in site_cat else ("normalization",)
+            more = f" ({len(rest) - 1} more too)" if len(rest) > 1 else ""
+            self.err(path, f"against reference {ref}, model {rest[0].id} would be {rest[0].units:g} "
+                     f"normalized units per device{more}", hint)
 
     def partitions(self) -> tuple[Partition, ...]:
         out, seen = [], set()
@@ -242,12 +389,15 @@ class _Builder:
     def node_groups(self, models: dict[str, AccelModel], partitions: set[str]) -> tuple[NodeGroup, ...]:
         groups: list[NodeGroup] = []
         owner: dict[str, int] = {}
+        sizes = self.hostlist_sizes()
         for i, g in enumerate(self.data["node_groups"]):
             base: Path_ = ("node_groups", i)
+            if sizes is None or i not in sizes:
+                continue  # not counted, or too many: never expanded
             try:
                 nodes = NodeSet(g["names"])
             except NodeSetParseError as e:
-                self.err((*base, "names"), f"bad hostlist {g['names']!r}: {e}",
+                self.err((*base, "names"), f"bad hostlist {shown(g['names'])}: {e}",
                          "use names like gpu[001-128] or a,b,c")
                 continue
             for node in nodes:
@@ -263,10 +413,17 @@ class _Builder:
                 self.err((*base, "architecture"), f"unknown architecture {g['architecture']!r}",
                          "allowed: x86_64, aarch64 (aliases arm64, ARMv8)")
                 arch = "x86_64"
-            accels = []
+            accels, skipped = [], False
+            devices = sum(a["count"] for a in g.get("accelerators", []))
+            if devices > MAX_DEVICES_PER_NODE:
+                self.err((*base, "accelerators"), f"{devices} devices per node are too many",
+                         f"at most {MAX_DEVICES_PER_NODE} accelerators on one node, all models together")
             for j, a in enumerate(g.get("accelerators", [])):
                 apath: Path_ = (*base, "accelerators", j, "model")
                 model = models.get(str(a["model"]).lower())
+                if model is None and str(a["model"]).lower() in self.broken_models:
+                    skipped = True  # its catalog entry's problem is reported
+                    continue
                 if model is None:
                     self.err(apath, f"unknown accelerator model {a['model']!r}", _near(a["model"], models))
                     continue
@@ -280,7 +437,7 @@ class _Builder:
             kinds = {a.model.resource_type for a in accels}
             derived = "NPU" if "NPU" in kinds else ("GPU" if kinds else "CPU")
             rtype = g.get("resource_type", derived)
-            if rtype != derived:
+            if rtype != derived and not skipped:
                 self.err((*base, "resource_type"),
                          f"resource_type {rtype} does not match its accelerators ({derived})",
                          "CPU for no accelerators, else GPU or NPU as the models are")
@@ -289,7 +446,11 @@ class _Builder:
             if "cpus" in g and g["cpus"] != cpus:
                 self.err((*base, "cpus"), f"cpus {g['cpus']} != sockets*cores_per_socket*"
                          f"threads_per_core = {cpus}", "leave cpus out or make them agree")
-            memory = self._quantity(parse_size_mib, g["memory"], (*base, "memory"))
+            elif cpus > MAX_CPUS_PER_NODE:
+                self.err((*base, "cores_per_socket"), f"sockets*cores_per_socket*threads_per_core = "
+                         f"{cpus} CPUs per node are too many", f"at most {MAX_CPUS_PER_NODE}")
+            memory = self._quantity(lambda v: parse_size_mib(v, minimum=1), g["memory"],
+                                    (*base, "memory"))
             bandwidth = self._quantity(parse_bandwidth_gbs, g.get("memory_bandwidth", 0),
                                        (*base, "memory_bandwidth"))
             if not g["partitions"]:
@@ -316,6 +477,43 @@ class _Builder:
                          "add it to some node group's partitions, or remove it")
         return tuple(groups)
 
+    def hostlist_sizes(self) -> dict[int, int] | None:
+        """Nodes per group, counted arithmetically; None when the site is over a limit
+        (then no hostlist is expanded at all). Groups whose hostlist is bad are left out."""
+        sizes: dict[int, int] = {}
+        terms = in_partitions = 0
+        for i, g in enumerate(self.data["node_groups"]):
+            path: Path_ = ("node_groups", i, "names")
+            try:
+                n, t = hostlist_size(g["names"])
+            except HostlistError as e:
+                self.err(path, f"bad hostlist {shown(g['names'])}: {e}",
+                         "use names like gpu[001-128] or a,b,c")
+                continue
+            if n > MAX_NODES:
+                self.err(path, f"hostlist {shown(g['names'])} names more than {MAX_NODES} nodes",
+                         f"at most {MAX_NODES} nodes in a site")
+                return None
+            sizes[i] = n
+            terms += t
+            in_partitions += t * len(g["partitions"])
+        total = sum(sizes.values())
+        if total > MAX_NODES:
+            self.err(("node_groups",), f"the node groups name {total} nodes, more than {MAX_NODES}",
+                     f"at most {MAX_NODES} nodes in a site")
+            return None
+        if terms > MAX_HOSTLIST_TERMS:
+            self.err(("node_groups",), f"the hostlists have {terms} comma-separated terms, more than "
+                     f"{MAX_HOSTLIST_TERMS}", "fold names into ranges: gpu[001-128] instead of "
+                     "gpu001,gpu002,...")
+            return None
+        if in_partitions > MAX_PARTITION_TERMS:
+            self.err(("node_groups",), f"the partitions' node lists fold {in_partitions} hostlist terms "
+                     f"(each group's terms once per partition it is in), more than {MAX_PARTITION_TERMS}",
+                     "fold names into ranges, or put fewer node groups in many partitions")
+            return None
+        return sizes
+
     def energy(self) -> tuple[tuple[EnergyPolicy, ...], AutoRule]:
         items = self.data.get("energy_policies")
         if not items:
@@ -340,7 +538,10 @@ class _Builder:
         rule = AutoRule(**(self.data.get("energy_auto") or {}))
         eff = next((p for p in policies if p.name == "efficiency"), None)
         if eff and eff.gpu_power_cap:
-            value, unit = parse_power_cap(eff.gpu_power_cap)
+            try:
+                value, unit = parse_power_cap(eff.gpu_power_cap)
+            except ValueError:
+                return rule  # reported at energy_policies[i].gpu_power_cap
             if unit == "%" and rule.power_below >= value / 100:
                 self.err(("energy_auto", "power_below"),
                          f"power_below {rule.power_below} is not under efficiency's cap ({value:g}%)",
@@ -397,13 +598,31 @@ def load_site_text(text: str, source: str = "<site>", path: Path | None = None) 
                 images=images, containers=containers)
 
 
+def decode_site_bytes(raw: bytes, source: str) -> str:
+    """UTF-8 text of a site file's bytes; a size over the limit or a byte that is not UTF-8
+    is a SiteError that says where."""
+    if len(raw) > MAX_FILE_BYTES:
+        raise SiteError(source, [f"{source}: more than {MAX_FILE_BYTES} bytes is too large for a site "
+                                 f"file\n    hint: at most {MAX_FILE_BYTES >> 20} MiB "
+                                 "(the demo site is 6 KiB)"])
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        start = raw.rfind(b"\n", 0, e.start) + 1
+        line = raw.count(b"\n", 0, e.start) + 1
+        col = len(raw[start:e.start].decode("utf-8", "replace")) + 1
+        raise SiteError(source, [f"{source}:{line}:{col}: not valid UTF-8: byte 0x{raw[e.start]:02x} "
+                                 f"({e.reason})\n    hint: save the site file as UTF-8"]) from None
+
+
 def load_site(path: str | Path) -> Site:
     """Load and validate a site file (a path to site.yaml or to its folder)."""
     p = Path(path)
     if p.is_dir():
         p = p / "site.yaml"
     try:
-        text = p.read_text()
+        with p.open("rb") as f:
+            raw = f.read(MAX_FILE_BYTES + 1)  # never more: /dev/zero or a huge file stay cheap
     except OSError as e:
         raise InputError(f"{p}: cannot read site file: {e.strerror}") from e
-    return load_site_text(text, str(p), p)
+    return load_site_text(decode_site_bytes(raw, str(p)), str(p), p)

@@ -27,7 +27,7 @@ def print_summary(site: Site, console: Console) -> None:
     for g in site.node_groups:
         arches[g.architecture] += g.node_count
         cpus[g.architecture] += g.node_count * g.cpus
-    console.print(f"site [bold]{site.name}[/bold] is valid: {len(site.all_nodes)} nodes, "
+    console.print(f"site [bold]{site.name}[/bold] is valid: {sum(arches.values())} nodes, "
                   f"{len(site.partitions)} partitions, QoS tiers "
                   f"{', '.join(q.name for q in site.qos)} (default {site.default_qos})")
     t = Table(title="nodes per architecture")

@@ -120,7 +120,7 @@ CASES = [
     ),
     (  # bad hostlist
         BASE.replace("c[1-2]", "c[2-1"),
-        ["site.yaml:6:12: node_groups[0].names: bad hostlist 'c[2-1': missing bracket: \"c[2-1\"\n"
+        ["site.yaml:6:12: node_groups[0].names: bad hostlist 'c[2-1': '[' at character 2 is not closed\n"
          "    hint: use names like gpu[001-128] or a,b,c"],
     ),
 ]
