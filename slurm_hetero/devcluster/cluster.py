@@ -84,6 +84,10 @@ def _emulated_device(path: Path) -> None:
         path.touch()
 
 
+# Each emulated node is a slurmd process (~6.5 MB, a port); beyond this one machine chokes.
+MAX_LOCAL_NODES = 64
+
+
 class ClusterMeta(TypedDict, total=False):
     """cluster.json: what `up` chose (ports, nodes) and what later commands need."""
 
@@ -176,6 +180,10 @@ class Cluster:
                 self.load_model(site, model)
             self._wait_idle(timeout)
             return time.monotonic() - t0
+        if len(site.all_nodes) > MAX_LOCAL_NODES:
+            raise InputError(f"{site.path or site.name}: the dev cluster runs one slurmd per node; "
+                             f"this site has {len(site.all_nodes)} nodes, at most {MAX_LOCAL_NODES} "
+                             "run on one machine (use the Ansible role for a real cluster)")
         if any(self.pid(d) for d in self.daemons()):
             say("a previous cluster in this workdir is partly running: stopping it first")
             self.down(log=say)
