@@ -15,12 +15,12 @@ from rich.table import Table
 
 from slurm_hetero.bridge.snapshot import wait_for_pool
 from slurm_hetero.conf import Profile
-from slurm_hetero.containers.demo import run_container_demo
+from slurm_hetero.container_demo import run_container_demo
 from slurm_hetero.devcluster import Cluster
-from slurm_hetero.energy.comment import parse_comment
 from slurm_hetero.errors import RuntimeFailure
 from slurm_hetero.reports import Period, sacct_report, write_html
 from slurm_hetero.site import Site, load_site
+from slurm_hetero.slurm.comment import parse_comment
 from slurm_hetero.slurm.jobs import sacct_jobs, submit, wait_done
 from slurm_hetero.slurm.parse import parse_tres
 from slurm_hetero.slurm.runner import Runner

@@ -19,9 +19,9 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from slurm_hetero.containers.catalog import Image
 from slurm_hetero.errors import RuntimeFailure
 from slurm_hetero.fileio import write_json_atomic
+from slurm_hetero.site.images import Image
 from slurm_hetero.site.model import Site
 
 BUSYBOX = "/bin/busybox"

@@ -10,9 +10,9 @@ from typing import TYPE_CHECKING, Any
 
 from ClusterShell.NodeSet import NodeSet
 
-from slurm_hetero.containers.catalog import Image
 from slurm_hetero.containers.nodeconf import FILENAME, FORMAT, PLUGIN_GRES
 from slurm_hetero.containers.ociconfig import CONTROL_DEVICES, MOUNTS_VAR, VISIBLE_VARS
+from slurm_hetero.site.images import Image
 from slurm_hetero.site.model import NodeGroup, Site
 
 if TYPE_CHECKING:

@@ -11,8 +11,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from slurm_hetero.containers.catalog import BindMount, DriverInfo, Image, ImageVariant, split_ref
 from slurm_hetero.errors import InputError, RuntimeFailure
+from slurm_hetero.site.images import BindMount, DriverInfo, Image, ImageVariant, split_ref
 
 FILENAME = "hetero-containers.json"
 FORMAT = 1

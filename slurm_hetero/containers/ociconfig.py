@@ -23,9 +23,9 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from slurm_hetero.containers.catalog import BindMount
 from slurm_hetero.containers.nodeconf import GRES_ALIAS, NodeFacts
 from slurm_hetero.errors import InputError, RuntimeFailure
+from slurm_hetero.site.images import BindMount
 
 CONTROL_DEVICES = {
     "cuda": ("nvidiactl", "nvidia-uvm"),

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from slurm_hetero.containers.catalog import DriverInfo, Image, ImageVariant, at_least, at_most, version_key
 from slurm_hetero.containers.nodeconf import NodeFacts
 from slurm_hetero.errors import InputError
+from slurm_hetero.site.images import DriverInfo, Image, ImageVariant, at_least, at_most, version_key
 
 STACK_NAMES = {"cuda": "CUDA", "rocm": "ROCm", "cann": "CANN", "cpu": "CPU"}
 

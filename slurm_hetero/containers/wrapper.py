@@ -18,7 +18,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from slurm_hetero.containers.catalog import Image, ImageVariant
 from slurm_hetero.containers.gres import job_allocation, parse_ranges
 from slurm_hetero.containers.nodeconf import NodeConfig, NodeFacts
 from slurm_hetero.containers.ociconfig import (
@@ -37,6 +36,7 @@ from slurm_hetero.containers.ociconfig import (
 from slurm_hetero.containers.resolve import NoVariant, resolve
 from slurm_hetero.errors import HeteroError, InputError, RuntimeFailure
 from slurm_hetero.fileio import write_json_atomic
+from slurm_hetero.site.images import Image, ImageVariant
 
 PREFIX = "slurm-hetero"
 

@@ -15,8 +15,8 @@ from typing import Any
 
 from slurm_hetero.energy.devices import DeviceInfo, DeviceLayer
 from slurm_hetero.site.catalog import AccelModel
-from slurm_hetero.site.load import ARCH_ALIASES
 from slurm_hetero.site.model import Site
+from slurm_hetero.site.names import normalize_arch
 
 
 @dataclass
@@ -77,7 +77,7 @@ def _base(m: AccelModel) -> str:
 def probe(devices: list[DeviceLayer], catalog: dict[str, AccelModel]) -> NodeDescription:
     cpu = parse_lscpu(subprocess.run(["lscpu", "-J"], capture_output=True, text=True, check=True).stdout)
     desc = NodeDescription(
-        architecture=ARCH_ALIASES.get(platform.machine().lower(), platform.machine()),
+        architecture=normalize_arch(platform.machine()),
         sockets=int(cpu.get("Socket(s)", "1") or 1),
         cores_per_socket=int(cpu.get("Core(s) per socket", "1") or 1),
         threads_per_core=int(cpu.get("Thread(s) per core", "1") or 1),

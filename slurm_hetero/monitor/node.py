@@ -30,18 +30,18 @@ from slurm_hetero.monitor.counters import FILE as COUNTERS_FILE
 from slurm_hetero.monitor.counters import EnergyCounters
 from slurm_hetero.monitor.holders import DeviceKey, Holder, Holders
 from slurm_hetero.monitor.status import DeviceStatus, read_status
+from slurm_hetero.site.names import normalize_arch
 
 log = logging.getLogger("slurm-hetero.monitor")
 # `jobid`, not `job`: Prometheus gives every scraped series its own `job` (the scrape job).
 DEVICE_LABELS = ["node", "kind", "index", "model", "arch", "jobid", "user"]
-ARCH_ALIASES = {"amd64": "x86_64", "arm64": "aarch64", "armv8": "aarch64", "armv8l": "aarch64"}
 MIB = 2**20
 
 
 def node_arch(given: str | None = None) -> str:
     """The node's architecture label: `given` (an emulated node), else this machine's."""
     arch = (given or platform.machine()).strip()
-    return ARCH_ALIASES.get(arch.lower(), arch)
+    return normalize_arch(arch)
 
 
 @dataclass(frozen=True)

@@ -6,11 +6,10 @@ a hint, so an admin can fix a site file in one pass.
 
 from __future__ import annotations
 
-import difflib
 import itertools
 import json
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -20,7 +19,6 @@ import jsonschema
 import yaml
 from ClusterShell.NodeSet import NodeSet, NodeSetParseError
 
-from slurm_hetero.containers.siteload import load_containers
 from slurm_hetero.errors import InputError
 from slurm_hetero.site.catalog import (
     DEFAULT_WEIGHTS,
@@ -30,6 +28,7 @@ from slurm_hetero.site.catalog import (
     model_from_fields,
     normalize,
 )
+from slurm_hetero.site.containers import load_containers
 from slurm_hetero.site.limits import (
     MAX_CPUS_PER_NODE,
     MAX_DEVICES_PER_NODE,
@@ -45,6 +44,7 @@ from slurm_hetero.site.limits import (
     shown,
 )
 from slurm_hetero.site.model import AccelGroup, Billing, NodeAgent, NodeGroup, Partition, QosTier, Site
+from slurm_hetero.site.names import ARCH_ALIASES, ARCH_ALLOWED, near
 from slurm_hetero.site.policies import DEFAULT_POLICIES, AutoRule, EnergyPolicy, parse_power_cap
 from slurm_hetero.site.safeyaml import (
     IMPLICIT_TAGS,
@@ -57,14 +57,6 @@ from slurm_hetero.site.safeyaml import (
 )
 from slurm_hetero.site.units import parse_bandwidth_gbs, parse_size_mib
 
-ARCH_ALIASES = {
-    "x86_64": "x86_64",
-    "amd64": "x86_64",
-    "x86-64": "x86_64",
-    "aarch64": "aarch64",
-    "arm64": "aarch64",
-    "armv8": "aarch64",
-}
 DEFAULT_QOS = (
     {"name": "diamond", "priority": 1000, "preempt": ["gold", "silver"], "usage_factor": 2.0},
     {"name": "gold", "priority": 500, "preempt": ["silver"], "usage_factor": 1.0, "default": True},
@@ -265,12 +257,6 @@ def _schema_problems(data: Any) -> list[Problem]:
     return out
 
 
-def _near(name: str, known: Iterable[str]) -> str:
-    close = (difflib.get_close_matches(name.lower(), list(known), n=3, cutoff=0.6)
-             if len(name) <= 64 else [])
-    return f"did you mean: {', '.join(close)}?" if close else "known: " + ", ".join(sorted(known))
-
-
 class _Builder:
     """Semantic checks over schema-valid data; collects problems, builds the Site."""
 
@@ -309,7 +295,7 @@ class _Builder:
             bad = [a for a in models[mid].architectures if a not in ARCH_ALIASES]
             if bad:
                 self.err((*base, "architectures"), f"unknown architecture {bad[0]!r}",
-                         "allowed: x86_64, aarch64 (aliases arm64, ARMv8)")
+                         ARCH_ALLOWED)
             models[mid] = _with_arches(models[mid])
             if models[mid].tensor_tflops <= 0:
                 self.err(base, f"model {mid!r} has no fp16, bf16 or fp32 throughput",
@@ -323,7 +309,7 @@ class _Builder:
         if norm.reference not in models:
             if norm.reference not in failed:  # else its own problem is reported already
                 self.err(("normalization", "reference"), f"unknown reference model {shown(norm.reference)}",
-                         _near(norm.reference, models))
+                         near(norm.reference, models))
             return models, norm
         if self.problems:
             return models, norm  # a model without figures cannot be normalized (nor divided by)
@@ -411,7 +397,7 @@ class _Builder:
             arch = ARCH_ALIASES.get(str(g["architecture"]).lower())
             if arch is None:
                 self.err((*base, "architecture"), f"unknown architecture {g['architecture']!r}",
-                         "allowed: x86_64, aarch64 (aliases arm64, ARMv8)")
+                         ARCH_ALLOWED)
                 arch = "x86_64"
             accels, skipped = [], False
             devices = sum(a["count"] for a in g.get("accelerators", []))
@@ -425,7 +411,7 @@ class _Builder:
                     skipped = True  # its catalog entry's problem is reported
                     continue
                 if model is None:
-                    self.err(apath, f"unknown accelerator model {a['model']!r}", _near(a["model"], models))
+                    self.err(apath, f"unknown accelerator model {a['model']!r}", near(a["model"], models))
                     continue
                 if arch not in model.architectures:
                     self.err(apath, f"model {model.id} (stack {model.stack}) has no build for {arch}",
@@ -459,7 +445,7 @@ class _Builder:
             for j, p in enumerate(g["partitions"]):
                 if p not in partitions:
                     self.err((*base, "partitions", j), f"unknown partition {p!r}",
-                             _near(p, partitions))
+                             near(p, partitions))
             groups.append(NodeGroup(
                 names=str(nodes), resource_type=rtype, architecture=arch,
                 sockets=g["sockets"], cores_per_socket=g["cores_per_socket"],

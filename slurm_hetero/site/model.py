@@ -7,8 +7,8 @@ from pathlib import Path
 
 from ClusterShell.NodeSet import NodeSet
 
-from slurm_hetero.containers.catalog import ContainerSettings, DriverInfo, Image
 from slurm_hetero.site.catalog import AccelModel, Normalization
+from slurm_hetero.site.images import ContainerSettings, DriverInfo, Image
 from slurm_hetero.site.policies import DEFAULT_POLICIES, AutoRule, EnergyPolicy
 from slurm_hetero.site.units import size_gb_label
 

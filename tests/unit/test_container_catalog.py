@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from slurm_hetero.containers.catalog import at_least, at_most, ref_problem, split_ref, version_key
 from slurm_hetero.site import load_site_text
+from slurm_hetero.site.images import at_least, at_most, ref_problem, split_ref, version_key
 from slurm_hetero.site.load import SiteError
 
 SITE = """\

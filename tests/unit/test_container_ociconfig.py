@@ -9,7 +9,6 @@ from typing import Any
 
 import pytest
 
-from slurm_hetero.containers.catalog import BindMount
 from slurm_hetero.containers.ociconfig import (
     DeviceNode,
     DevicePlan,
@@ -24,6 +23,7 @@ from slurm_hetero.containers.ociconfig import (
     slurm_mounts,
 )
 from slurm_hetero.errors import RuntimeFailure
+from slurm_hetero.site.images import BindMount
 from tests.unit.container_fixtures import DevTree, dev_tree
 
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from slurm_hetero.containers.catalog import DriverInfo, Image, ImageVariant
 from slurm_hetero.containers.nodeconf import NodeFacts
 from slurm_hetero.containers.resolve import NoVariant, resolve
+from slurm_hetero.site.images import DriverInfo, Image, ImageVariant
 
 
 def v(arch: str, stack: str, version: str | None = None, min_driver: str | None = None) -> ImageVariant:

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from slurm_hetero.containers.catalog import (
+from slurm_hetero.site.images import (
     DEFAULT_DRIVER_DIRS,
     DEFAULT_IMAGES_ROOT,
     BindMount,
@@ -22,6 +22,7 @@ from slurm_hetero.containers.catalog import (
     split_ref,
 )
 from slurm_hetero.site.model import NodeGroup
+from slurm_hetero.site.names import ARCH_ALIASES, ARCH_ALLOWED, near
 
 Err = Callable[..., None]  # _Builder.err(path, message, hint="")
 RESERVED = ("/proc", "/sys", "/dev", "/tmp/slurm", "/var/run/slurm")
@@ -81,7 +82,7 @@ def _image(ref: str, raw: dict[str, Any], arch_aliases: dict[str, str], err: Err
         arch = arch_aliases.get(str(v["arch"]).lower())
         if arch is None:
             err((*vbase, "arch"), f"unknown architecture {v['arch']!r}",
-                "allowed: x86_64, aarch64 (aliases arm64, ARMv8)")
+                ARCH_ALLOWED)
             continue
         stack, version = v["stack"], v.get("version")
         if stack == "cpu":
@@ -109,8 +110,6 @@ def _image(ref: str, raw: dict[str, Any], arch_aliases: dict[str, str], err: Err
 def load_containers(data: dict[str, Any], groups: tuple[NodeGroup, ...],
                     err: Err) -> tuple[dict[str, Image], ContainerSettings, tuple[NodeGroup, ...]]:
     """Images, settings, and the node groups with their drivers and fabric filled in."""
-    from slurm_hetero.site.load import ARCH_ALIASES, _near
-
     raw = data.get("containers") or {}
     root = raw.get("images_root", DEFAULT_IMAGES_ROOT)
     problem = _abs_path_problem(root)
@@ -149,6 +148,6 @@ def load_containers(data: dict[str, Any], groups: tuple[NodeGroup, ...],
         fabric = rawg.get("fabric")
         if fabric is not None and fabric not in fabrics:
             err((*base, "fabric"), f"unknown fabric {fabric!r}",
-                _near(fabric, fabrics) if fabrics else "declare it under containers.fabrics")
+                near(fabric, fabrics) if fabrics else "declare it under containers.fabrics")
         out.append(replace(g, drivers=tuple(sorted(drivers.items())), fabric=fabric))
     return images, settings, tuple(out)
