@@ -18,7 +18,7 @@ FLOORS: dict[str, int] = {
     "site": 2,
     "jobs": 3,
     "conf": 4, "predict": 4,
-    "bridge": 5, "energy": 5, "containers": 5,
+    "bridge": 5, "energy": 5, "containers": 5, "checkpoint": 5,
     "monitor": 6, "reports": 6, "replay": 6, "forecast": 6,
     "devcluster": 7,
     "container_demo": 8,
