@@ -360,7 +360,7 @@ static const char *scan_name(const char *p, char low[HETERO_POLICY_MAX + 1],
 /* energy and tier share the rules; only the option name and list differ. */
 static int check_listed(const char *what, const char *v,
 			const struct hetero_list *allowed,
-			char *err, size_t errlen)
+			char out[HETERO_POLICY_MAX + 1], char *err, size_t errlen)
 {
 	char low[HETERO_POLICY_MAX + 1], forms[HETERO_LIST_MAX * (HETERO_POLICY_MAX + 2) + 16];
 	struct bad b = { NULL, NULL };
@@ -376,8 +376,11 @@ static int check_listed(const char *what, const char *v,
 		oops(&b, "unexpected character", p);
 		goto bad;
 	}
-	if (!allowed || !allowed->n || in_list(allowed, low))
+	if (!allowed || !allowed->n || in_list(allowed, low)) {
+		if (out)
+			memcpy(out, low, sizeof(low));
 		return 0;
+	}
 	b.why = "not offered on this cluster";
 bad:
 	if (!allowed || !allowed->n) {
@@ -393,22 +396,35 @@ bad:
 	return -1;
 }
 
+int hetero_parse_energy(const char *v, const struct hetero_list *allowed,
+			char out[HETERO_POLICY_MAX + 1], char *err, size_t errlen)
+{
+	return check_listed("--energy=", v, allowed, out, err, errlen);
+}
+
+int hetero_parse_tier(const char *v, const struct hetero_list *allowed,
+		      char out[HETERO_POLICY_MAX + 1], char *err, size_t errlen)
+{
+	return check_listed("--tier=", v, allowed, out, err, errlen);
+}
+
 int hetero_check_energy(const char *v, const struct hetero_list *allowed,
 			char *err, size_t errlen)
 {
-	return check_listed("--energy=", v, allowed, err, errlen);
+	return hetero_parse_energy(v, allowed, NULL, err, errlen);
 }
 
 int hetero_check_tier(const char *v, const struct hetero_list *allowed,
 		      char *err, size_t errlen)
 {
-	return check_listed("--tier=", v, allowed, err, errlen);
+	return hetero_parse_tier(v, allowed, NULL, err, errlen);
 }
 
-int hetero_check_image(const char *v, char *err, size_t errlen)
+int hetero_parse_image(const char *v, struct hetero_image *out,
+		       char *err, size_t errlen)
 {
 	struct bad b = { NULL, NULL };
-	const char *p = v;
+	const char *p = v, *tag = NULL;
 	size_t n;
 
 	if ((b.why = common(v)))
@@ -437,7 +453,7 @@ int hetero_check_image(const char *v, char *err, size_t errlen)
 		p++;
 	}
 	if (*p == ':') {
-		p++;
+		tag = ++p;
 		if (!is_alnum(*p) && *p != '_') {
 			oops(&b, "TAG must start with a letter, digit or '_'", p);
 			goto bad;
@@ -455,10 +471,23 @@ int hetero_check_image(const char *v, char *err, size_t errlen)
 		oops(&b, "unexpected character", p);
 		goto bad;
 	}
+	if (out) { /* v is at most HETERO_VALUE_MAX bytes, the tag HETERO_TAG_MAX */
+		n = tag ? (size_t)(tag - 1 - v) : (size_t)(p - v);
+		memcpy(out->name, v, n);
+		out->name[n] = '\0';
+		n = tag ? (size_t)(p - tag) : 0;
+		memcpy(out->tag, tag ? tag : "", n);
+		out->tag[n] = '\0';
+	}
 	return 0;
 bad:
 	fail(err, errlen, "--image=", v, &b, IMAGE_FORMS);
 	return -1;
+}
+
+int hetero_check_image(const char *v, char *err, size_t errlen)
+{
+	return hetero_parse_image(v, NULL, err, errlen);
 }
 
 void hetero_conf_init(struct hetero_conf *c)

@@ -6,6 +6,11 @@
  * -1 it writes one printable-ASCII line into err (if err && errlen) that
  * names the option, shows the (escaped) value and lists the accepted forms.
  * Semantics (does the model exist?) are the job_submit bridge's business.
+ *
+ * The grammar is also enforced by the bridge itself (slurm_hetero/bridge/bridge.lua),
+ * since a user can bypass the plugin; tests/data/grammar/options.cases holds the
+ * cases both sides must agree on (accept/reject and the parsed meaning), and every
+ * limit below has its twin there.
  */
 #ifndef HETERO_OPTS_H
 #define HETERO_OPTS_H
@@ -45,6 +50,12 @@ enum hetero_arch {
 	HETERO_ARCH_AARCH64, /* also arm64, armv8 */
 };
 
+/* NAME[:TAG] of --image: NAME as given (case matters), TAG "" when absent. */
+struct hetero_image {
+	char name[HETERO_VALUE_MAX + 1];
+	char tag[HETERO_TAG_MAX + 1];
+};
+
 /* Allowed names from plugstack.conf; n == 0 means "any well-formed name". */
 struct hetero_list {
 	unsigned n;
@@ -67,6 +78,14 @@ int hetero_parse_accel(const char *v, struct hetero_accel *out,
 int hetero_parse_arch(const char *v, enum hetero_arch *out,
 		      char *err, size_t errlen);
 const char *hetero_arch_name(enum hetero_arch a);
+
+/* The lower-cased policy / tier name into out (may be NULL). */
+int hetero_parse_energy(const char *v, const struct hetero_list *allowed,
+			char out[HETERO_POLICY_MAX + 1], char *err, size_t errlen);
+int hetero_parse_tier(const char *v, const struct hetero_list *allowed,
+		      char out[HETERO_POLICY_MAX + 1], char *err, size_t errlen);
+int hetero_parse_image(const char *v, struct hetero_image *out,
+		       char *err, size_t errlen);
 
 int hetero_check_accel(const char *v, char *err, size_t errlen);
 int hetero_check_arch(const char *v, char *err, size_t errlen);

@@ -1,16 +1,22 @@
-"""Run a generated job_submit.lua under Lua 5.1 (lupa) with a fake `slurm` table.
+"""Run the bridge under Lua 5.1 (lupa) with a fake `slurm` table.
 
-Used by the Lua unit tests and the benchmarks: the same script slurmctld runs, in-process.
+Used by the Lua unit tests and the benchmarks, in-process: either a generated
+job_submit.lua (the same script slurmctld runs) or the plain bridge.lua on its own with
+tables given from Python (`JobSubmit.bridge`), whose return value (the grammar and
+snapshot checks) is then `module`.
 
 The fake records slurm.log_* lines; `now` replaces os.time so tests control snapshot age.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import lupa.lua51 as lua51
+
+from slurm_hetero.bridge.tables import bridge_source
 
 OPTION_PREFIX = "_SLURM_SPANK_OPTION_hetero_"
 
@@ -20,6 +26,9 @@ class JobSubmit:
     source: str
     now: int = 1_000_000
     logs: list[tuple[str, str]] = field(default_factory=list)
+    # bridge.lua on its own: the tables job_submit.lua would give it (tables.SITE_TABLES).
+    site: Mapping[str, Any] | None = None
+    module: Any = field(init=False, default=None)
 
     def __post_init__(self) -> None:
         self.lua = lua51.LuaRuntime(unpack_returned_tuples=True)
@@ -37,7 +46,26 @@ class JobSubmit:
             slurm[f"log_{kind}"] = logger(kind)
         g.slurm = slurm
         g.os.time = lambda *_: self.now
-        self.lua.execute(self.source)
+        if self.site is None:
+            self.module = self.lua.execute(self.source)
+        else:
+            self.module = self.lua.execute(self.source, self.to_lua(self.site))
+
+    @classmethod
+    def bridge(cls, site: Mapping[str, Any] | None = None, **kwargs: Any) -> JobSubmit:
+        """bridge.lua as shipped, on its own, with `site` tables (a missing one is empty)."""
+        return cls(bridge_source(), site=site or {}, **kwargs)
+
+    def to_lua(self, value: Any) -> Any:
+        """Python data as Lua values: mappings and sequences (1-based) as tables, deeply."""
+        if isinstance(value, Mapping):
+            t = self.lua.table()
+            for k, v in value.items():
+                t[k] = self.to_lua(v)
+            return t
+        if isinstance(value, list | tuple | set | frozenset):
+            return self.lua.table_from([self.to_lua(v) for v in value])
+        return value
 
     def submit(self, options: dict[str, str] | None = None, srun: bool = False,
                **fields: Any) -> tuple[int, dict[str, Any]]:

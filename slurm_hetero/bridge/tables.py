@@ -1,4 +1,8 @@
-"""The site's tables as the generated job_submit.lua needs them.
+"""The site's tables as the generated job_submit.lua needs them, and the bridge's logic.
+
+job_submit.lua is the site's tables (templates/job_submit.lua.j2) followed by the plain Lua
+file `bridge.lua` next to this module, verbatim, in a function called with a table of them
+(`SITE_TABLES`, the names bridge.lua reads).
 
 Pools are (model, arch) pairs: the unit the bridge chooses between. Their order is the
 documented static order used when no fresh capacity snapshot exists: the smallest model
@@ -8,11 +12,23 @@ documented static order used when no fresh capacity snapshot exists: the smalles
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from slurm_hetero.site.model import AccelGroup, NodeGroup, Site
 
-ARCH_VALUES = {"any": "any", "x86_64": "x86_64", "aarch64": "aarch64", "arm64": "aarch64",
-               "armv8": "aarch64"}
+BRIDGE_LUA = Path(__file__).with_name("bridge.lua")
+# The tables job_submit.lua hands to bridge.lua, by name (see the top of bridge.lua).
+SITE_TABLES: tuple[str, ...] = (
+    "GRES_PREFIX", "SNAPSHOT_PATH", "SNAPSHOT_CHECK_S", "SNAPSHOT_STALE_S", "MODELS",
+    "MODEL_GROUPS", "MODEL_ALIASES", "POOLS", "TIERS", "ENERGY", "GRES_PARTITIONS", "IMAGES",
+    "IMAGE_TAGS", "GRES_STACKS", "MOUNT_ALLOW", "MOUNTS_VAR", "PREDICTED_LIMITS",
+    "PARTITION_LIMITS", "DEFAULT_PARTITION", "MODEL_LUA",
+)
+
+
+def bridge_source() -> str:
+    """The bridge's logic: bridge.lua as shipped in the package."""
+    return BRIDGE_LUA.read_text(encoding="utf-8")
 
 
 @dataclass(frozen=True)
@@ -55,5 +71,6 @@ def bridge_context(site: Site) -> dict[str, object]:
         "pools": pools(site),
         "tiers": [q.name for q in site.qos],
         "policies": site.energy_policies,
-        "arch_values": ARCH_VALUES,
+        "site_table_names": SITE_TABLES,
+        "bridge_lua": bridge_source().rstrip("\n"),
     }

@@ -187,6 +187,31 @@ def lua_long_string(text: str) -> str:
     return f"[{eq}[\n{text}]{eq}]"
 
 
+_LUA_ESCAPES = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def lua_str(text: str) -> str:
+    r"""text as a Lua 5.1 string literal (double-quoted) of its UTF-8 bytes.
+
+    Printable ASCII stays as it is, except `\` and `"`; newline, CR and tab become `\n`,
+    `\r`, `\t`; every other byte a three-digit decimal escape, the only numeric escape
+    Lua 5.1 has (`\u00fc`, as JSON writes it, would read as `u00fc`). The jinja filter
+    `lua_str` of the rendered Lua files.
+
+    >>> print(lua_str('say "hi"\n'))
+    "say \"hi\"\n"
+    >>> print(lua_str("/données"), lua_str("a\\b"), lua_str("\x1b[0m"))
+    "/donn\195\169es" "a\\b" "\027[0m"
+    """
+    if not isinstance(text, str):
+        raise TypeError(f"lua_str takes a str, not {type(text).__name__}: {text!r}")
+    out = []
+    for b in text.encode("utf-8"):
+        c = chr(b)
+        out.append(_LUA_ESCAPES.get(c) or (c if 32 <= b < 127 else f"\\{b:03d}"))
+    return '"' + "".join(out) + '"'
+
+
 def slurm_minutes(text: str | None) -> int | None:
     """A Slurm time (`2-00:00:00`, `1:00:00`, `30`) in whole minutes, rounded up; None for
     UNLIMITED.
@@ -207,6 +232,7 @@ def _env() -> jinja2.Environment:
         lstrip_blocks=True,
     )
     env.filters["sh"] = shlex.quote  # a path in a rendered shell script, one word whatever it holds
+    env.filters["lua_str"] = lua_str  # a string in rendered Lua 5.1 (not tojson: no \u there)
     return env
 
 

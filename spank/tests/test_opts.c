@@ -1,6 +1,8 @@
 /*
- * test_opts.c - table-driven unit tests of hetero_opts.c, built without Slurm
- * (plain and with -fsanitize=address,undefined by `make test`).
+ * test_opts.c - unit tests of hetero_opts.c, built without Slurm (plain and with
+ * -fsanitize=address,undefined by `make test`). The value cases live in the case file
+ * tests/data/grammar/options.cases, shared with the job_submit bridge's Lua tests;
+ * this file adds what only C has (NULL, error buffers, plugstack lists, structs).
  *
  * An embedded NUL cannot be tested: option values reach the plugin as C
  * strings, so "a\0b" is simply "a" (argv and the job env cannot hold NUL).
@@ -91,113 +93,6 @@ static void expect(enum which w, const char *v, int ok)
 	      "--%s='%s': bad message: %s", which_name[w], esc(v), err);
 }
 
-struct tc {
-	enum which w;
-	const char *v;
-	int ok;
-};
-
-static const struct tc cases[] = {
-	/* accel: every form */
-	{ ACCEL, "a100-80gb:4", 1 }, { ACCEL, "nvidia:2", 1 }, { ACCEL, "cann:8", 1 },
-	{ ACCEL, "h100", 1 }, { ACCEL, "any", 1 }, { ACCEL, "any:8", 1 },
-	{ ACCEL, "units=2", 1 }, { ACCEL, "units=2.5", 1 }, { ACCEL, "units=0.5", 1 },
-	{ ACCEL, "nvidia:2,mem>=80G", 1 }, { ACCEL, "h100,mem>=80GB", 1 },
-	{ ACCEL, "any,mem>=1T", 1 }, { ACCEL, "units=2,mem>=512M", 1 },
-	{ ACCEL, "h100,mem>=512", 1 }, { ACCEL, "h100,mem>=1K", 1 },
-	{ ACCEL, "h100,mem>=1kb", 1 }, { ACCEL, "a.b_c-d", 1 }, { ACCEL, "9", 1 },
-	{ ACCEL, "units", 1 }, /* a NAME; the bridge says no such model */
-	/* accel: case-insensitive */
-	{ ACCEL, "A100-80GB:4", 1 }, { ACCEL, "ANY:2", 1 }, { ACCEL, "Units=1.5", 1 },
-	{ ACCEL, "h100,MEM>=80gb", 1 }, { ACCEL, "h100,Mem>=1Tb", 1 },
-	/* accel: N boundaries and shapes */
-	{ ACCEL, "h100:1", 1 }, { ACCEL, "h100:1024", 1 }, { ACCEL, "any:1024", 1 },
-	{ ACCEL, "h100:0", 0 }, { ACCEL, "h100:1025", 0 }, { ACCEL, "any:0", 0 },
-	{ ACCEL, "h100:01", 0 }, { ACCEL, "h100:00", 0 }, { ACCEL, "h100:+1", 0 },
-	{ ACCEL, "h100:-1", 0 }, { ACCEL, "h100:", 0 }, { ACCEL, "h100::4", 0 },
-	{ ACCEL, "h100:4:4", 0 }, { ACCEL, "h100:1.5", 0 }, { ACCEL, ":4", 0 },
-	{ ACCEL, "h100:99999999999999999999999", 0 }, { ACCEL, "h100:0x10", 0 },
-	/* accel: units boundaries */
-	{ ACCEL, "units=0.001", 1 }, { ACCEL, "units=100000", 1 },
-	{ ACCEL, "units=100000.000", 1 }, { ACCEL, "units=0", 0 },
-	{ ACCEL, "units=0.0", 0 }, { ACCEL, "units=0.000", 0 },
-	{ ACCEL, "units=0.0001", 0 }, { ACCEL, "units=100000.001", 0 },
-	{ ACCEL, "units=100001", 0 }, { ACCEL, "units=", 0 }, { ACCEL, "units=.5", 0 },
-	{ ACCEL, "units=5.", 0 }, { ACCEL, "units=-1", 0 }, { ACCEL, "units=+1", 0 },
-	{ ACCEL, "units=1e3", 0 }, { ACCEL, "units=01", 0 }, { ACCEL, "units=2:4", 0 },
-	{ ACCEL, "units=2,5", 0 }, { ACCEL, "units==2", 0 },
-	/* accel: mem boundaries */
-	{ ACCEL, "h100,mem>=0", 0 }, { ACCEL, "h100,mem>=0G", 0 }, { ACCEL, "h100,mem>=", 0 },
-	{ ACCEL, "h100,mem>=1048576T", 1 }, { ACCEL, "h100,mem>=1048577T", 0 },
-	{ ACCEL, "h100,mem>=99999999999999999999999G", 0 },
-	{ ACCEL, "h100,mem>=80GiB", 0 }, { ACCEL, "h100,mem>=80B", 0 },
-	{ ACCEL, "h100,mem>=80P", 0 }, { ACCEL, "h100,mem>=080G", 0 },
-	{ ACCEL, "h100,mem>=1.5G", 0 }, { ACCEL, "h100,mem>80G", 0 },
-	{ ACCEL, "h100,mem=80G", 0 }, { ACCEL, "h100,mem>=80G,", 0 },
-	{ ACCEL, "h100,mem>=80G,mem>=1G", 0 }, { ACCEL, "h100,", 0 },
-	{ ACCEL, "h100,foo", 0 }, { ACCEL, "mem>=80G", 0 }, { ACCEL, ",mem>=80G", 0 },
-	/* accel: hostile */
-	{ ACCEL, "", 0 }, { ACCEL, "foo bar", 0 }, { ACCEL, ";rm -rf /", 0 },
-	{ ACCEL, "h100;rm -rf /", 0 }, { ACCEL, "$(id)", 0 }, { ACCEL, "h100$(id)", 0 },
-	{ ACCEL, "`id`", 0 }, { ACCEL, "h100`id`", 0 }, { ACCEL, "h100\n", 0 },
-	{ ACCEL, "h100\nany", 0 }, { ACCEL, " h100", 0 }, { ACCEL, "h100 ", 0 },
-	{ ACCEL, "h100\t", 0 }, { ACCEL, "a100\xc3\xa9", 0 }, { ACCEL, "\xc3\xa9", 0 },
-	{ ACCEL, "h100|x", 0 }, { ACCEL, "h100&", 0 }, { ACCEL, "h100>x", 0 },
-	{ ACCEL, "*", 0 }, { ACCEL, "-h100", 0 }, { ACCEL, ".h100", 0 },
-	{ ACCEL, "_h100", 0 }, { ACCEL, "\x1b[31mred", 0 }, { ACCEL, "h100\x7f", 0 },
-	{ ACCEL, "'h100'", 0 }, { ACCEL, "\"h100\"", 0 }, { ACCEL, "h100\\", 0 },
-	{ ACCEL, "../h100", 0 }, { ACCEL, "h100/x", 0 },
-
-	/* arch */
-	{ ARCH, "any", 1 }, { ARCH, "x86_64", 1 }, { ARCH, "aarch64", 1 },
-	{ ARCH, "arm64", 1 }, { ARCH, "armv8", 1 }, { ARCH, "ANY", 1 },
-	{ ARCH, "X86_64", 1 }, { ARCH, "AArch64", 1 }, { ARCH, "ARMV8", 1 },
-	{ ARCH, "x86-64", 0 }, { ARCH, "amd64", 0 }, { ARCH, "arm", 0 },
-	{ ARCH, "armv8l", 0 }, { ARCH, "x86_6", 0 }, { ARCH, "", 0 },
-	{ ARCH, "x86_64 ", 0 }, { ARCH, "aarch64\n", 0 }, { ARCH, "$(uname -m)", 0 },
-	{ ARCH, "x86_64;id", 0 }, { ARCH, "\xc3\xa1rm64", 0 },
-
-	/* energy / tier: syntax only (no plugstack list) */
-	{ ENERGY, "balanced", 1 }, { ENERGY, "Balanced", 1 }, { ENERGY, "a", 1 },
-	{ ENERGY, "x_y-z9", 1 }, { ENERGY, "turbo", 1 }, { ENERGY, "9x", 0 },
-	{ ENERGY, "-x", 0 }, { ENERGY, "_x", 0 }, { ENERGY, "a.b", 0 },
-	{ ENERGY, "a b", 0 }, { ENERGY, "", 0 }, { ENERGY, "a,b", 0 },
-	{ ENERGY, ";id", 0 }, { ENERGY, "auto\n", 0 }, { ENERGY, "\xc3\xa9" "co", 0 },
-	{ TIER, "gold", 1 }, { TIER, "GOLD", 1 }, { TIER, "bronze", 1 },
-	{ TIER, "gold!", 0 }, { TIER, "", 0 }, { TIER, "`id`", 0 }, { TIER, "1st", 0 },
-	/* energy / tier: with the plugstack lists */
-	{ ENERGY_L, "performance", 1 }, { ENERGY_L, "AUTO", 1 },
-	{ ENERGY_L, "Efficiency", 1 }, { ENERGY_L, "turbo", 0 },
-	{ ENERGY_L, "auto2", 0 }, { ENERGY_L, "aut", 0 }, { ENERGY_L, "", 0 },
-	{ TIER_L, "diamond", 1 }, { TIER_L, "Gold", 1 }, { TIER_L, "silver", 1 },
-	{ TIER_L, "bronze", 0 }, { TIER_L, "gold ", 0 }, { TIER_L, "$(id)", 0 },
-
-	/* image */
-	{ IMAGE, "pytorch:24.05", 1 }, { IMAGE, "nvidia/pytorch:24.05-py3", 1 },
-	{ IMAGE, "nvcr.io/nvidia/pytorch:24.05-py3", 1 }, { IMAGE, "ubuntu", 1 },
-	{ IMAGE, "PyTorch:Latest", 1 }, { IMAGE, "a:_x", 1 }, { IMAGE, "a:T", 1 },
-	{ IMAGE, "a.b/c_d/e-f:1.2.3", 1 }, { IMAGE, "a..b", 1 }, { IMAGE, "9/9:9", 1 },
-	{ IMAGE, "../x", 0 }, { IMAGE, "/abs", 0 }, { IMAGE, "/abs/x:1", 0 },
-	{ IMAGE, "a//b", 0 }, { IMAGE, "a/./b", 0 }, { IMAGE, "a/../b", 0 },
-	{ IMAGE, "a/..", 0 }, { IMAGE, "a/", 0 }, { IMAGE, "a/.", 0 }, { IMAGE, ".", 0 },
-	{ IMAGE, "..", 0 }, { IMAGE, ".x", 0 }, { IMAGE, "a/-b", 0 }, { IMAGE, "a:", 0 },
-	{ IMAGE, "a:.x", 0 }, { IMAGE, "a:-x", 0 }, { IMAGE, "a::b", 0 },
-	{ IMAGE, "a:b:c", 0 }, { IMAGE, "a:b/c", 0 }, { IMAGE, ":tag", 0 },
-	{ IMAGE, "a/:tag", 0 }, { IMAGE, "a@sha256:abc", 0 },
-	{ IMAGE, "localhost:5000/x", 0 }, { IMAGE, "", 0 }, { IMAGE, "a b", 0 },
-	{ IMAGE, "a;b", 0 }, { IMAGE, "$(id)", 0 }, { IMAGE, "`id`", 0 },
-	{ IMAGE, "a\tb", 0 }, { IMAGE, "a:tag\n", 0 }, { IMAGE, "caf\xc3\xa9", 0 },
-	{ IMAGE, "a\\b", 0 }, { IMAGE, "~/img", 0 },
-};
-
-static void test_table(void)
-{
-	size_t i;
-
-	for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
-		expect(cases[i].w, cases[i].v, cases[i].ok);
-}
-
 static char *repeat(char c, size_t n)
 {
 	char *s = malloc(n + 1);
@@ -285,6 +180,22 @@ static void test_arch_parse(void)
 	      && !strcmp(hetero_arch_name(a), "x86_64"), "X86_64 -> %d", a);
 	CHECK(!hetero_parse_arch("Any", &a, NULL, 0) && a == HETERO_ARCH_ANY
 	      && !strcmp(hetero_arch_name(a), "any"), "Any -> %d", a);
+}
+
+static void test_image_parse(void)
+{
+	struct hetero_image img;
+
+	memset(&img, 'z', sizeof(img));
+	CHECK(!hetero_parse_image("nvcr.io/nvidia/pytorch:24.05-py3", &img, NULL, 0)
+	      && !strcmp(img.name, "nvcr.io/nvidia/pytorch") && !strcmp(img.tag, "24.05-py3"),
+	      "image -> %s %s", img.name, img.tag);
+	CHECK(!hetero_parse_image("Ubuntu", &img, NULL, 0) && !strcmp(img.name, "Ubuntu")
+	      && !img.tag[0], "Ubuntu -> %s '%s'", img.name, img.tag);
+	/* out is untouched on failure */
+	CHECK(hetero_parse_image("a//b", &img, NULL, 0) == -1 && !strcmp(img.name, "Ubuntu"),
+	      "a//b wrote out");
+	CHECK(hetero_check_image("a:b", NULL, 0) == 0, "check_image");
 }
 
 static void test_messages(void)
@@ -401,22 +312,422 @@ static void test_conf(void)
 	      "long list message: %s", err);
 }
 
-int main(void)
-{
-	char *argv[] = { "energy=performance,balanced,efficiency,auto",
-			 "tiers=diamond,gold,silver" };
-	char err[HETERO_ERR_MAX] = "";
+/* ---- the shared case file (tests/data/grammar/options.cases) -------------------------
+ * The bridge (slurm_hetero/bridge/bridge.lua) runs the same cases in tests/lua; see the
+ * file's header for its format. Every line is checked: accept/reject, the parsed meaning,
+ * and on reject a clean one-line message. With --seeds DIR, each value is also written
+ * as a libFuzzer input (byte 0: the entry point, byte 1: 0 = a full error buffer). */
 
-	if (hetero_conf_parse(&site, 2, argv, err, sizeof(err))) {
+#define CASE_LINE_MAX  4096
+#define CASE_VALUE_MAX 20000
+#define CASE_KEYS      8
+
+struct case_kv {
+	char key[16];
+	char *val; /* malloc'ed */
+};
+
+struct case_file {
+	const char *path;
+	unsigned line, cases, seeds;
+	const char *seed_dir;
+	struct hetero_conf conf; /* from the last @lists */
+};
+
+static int case_error(struct case_file *f, const char *what)
+{
+	failed++;
+	fprintf(stderr, "FAIL %s:%u: %s\n", f->path, f->line, what);
+	return -1;
+}
+
+static const char *skip_ws(const char *p)
+{
+	while (*p == ' ' || *p == '\t')
+		p++;
+	return p;
+}
+
+static int hexval(int c)
+{
+	if (c >= '0' && c <= '9')
+		return c - '0';
+	if (c >= 'a' && c <= 'f')
+		return c - 'a' + 10;
+	if (c >= 'A' && c <= 'F')
+		return c - 'A' + 10;
+	return -1;
+}
+
+/* A "quoted" string at *pp (escapes as in the file's header) into out; -1 if bad. */
+static int quoted(const char **pp, char *out, size_t cap)
+{
+	const char *p = *pp;
+	size_t n = 0;
+
+	if (*p++ != '"')
+		return -1;
+	while (*p != '"') {
+		int c = (unsigned char)*p++, h, l;
+		unsigned long k;
+		char *end;
+
+		if (c == '\0' || c == '\n')
+			return -1;
+		if (c == '\\') {
+			switch ((c = (unsigned char)*p++)) {
+			case '\\': case '"': break;
+			case 't': c = '\t'; break;
+			case 'n': c = '\n'; break;
+			case 'r': c = '\r'; break;
+			case 'e': c = 0x1b; break;
+			case 'x':
+				if ((h = hexval(p[0])) < 0 || (l = hexval(p[1])) < 0 || !(h | l))
+					return -1;
+				c = h * 16 + l;
+				p += 2;
+				break;
+			case '{': /* the byte before, k times in all */
+				k = strtoul(p, &end, 10);
+				if (!n || end == p || *end != '}' || k < 1 || k > CASE_VALUE_MAX
+				    || n + k - 1 >= cap)
+					return -1;
+				memset(out + n, out[n - 1], k - 1);
+				n += k - 1;
+				p = end + 1;
+				continue;
+			default:
+				return -1;
+			}
+		}
+		if (n + 1 >= cap)
+			return -1;
+		out[n++] = (char)c;
+	}
+	out[n] = '\0';
+	*pp = p + 1;
+	return 0;
+}
+
+/* A bare word (up to a blank) or a quoted string; malloc'ed copy or NULL. */
+static char *word_or_quoted(const char **pp)
+{
+	char *out = malloc(CASE_VALUE_MAX + 1);
+	size_t n;
+
+	if (!out)
+		abort();
+	if (**pp == '"') {
+		if (!quoted(pp, out, CASE_VALUE_MAX + 1)) {
+			if (**pp && **pp != ' ' && **pp != '\t') {
+				free(out);
+				return NULL;
+			}
+			return out;
+		}
+		free(out);
+		return NULL;
+	}
+	for (n = 0; (*pp)[n] && (*pp)[n] != ' ' && (*pp)[n] != '\t' && (*pp)[n] != '"'; n++)
+		out[n] = (*pp)[n];
+	out[n] = '\0';
+	*pp += n;
+	return out;
+}
+
+static const char *kv_get(struct case_kv *kv, int n, const char *key, const char *def,
+			  int *used)
+{
+	int i;
+
+	for (i = 0; i < n; i++)
+		if (!strcmp(kv[i].key, key)) {
+			used[i] = 1;
+			return kv[i].val;
+		}
+	return def;
+}
+
+static unsigned long long kv_num(struct case_file *f, struct case_kv *kv, int n,
+				 const char *key, const char *def, int *used, int *bad)
+{
+	const char *v = kv_get(kv, n, key, def, used);
+	char *end;
+	unsigned long long x = strtoull(v, &end, 10);
+
+	if (!*v || *end) {
+		*bad = case_error(f, "a number is expected");
+		return 0;
+	}
+	return x;
+}
+
+/* Writes one libFuzzer input: op, 0 (a full error buffer), then data. */
+static void seed(struct case_file *f, int op, const char *data)
+{
+	char path[4096];
+	FILE *out;
+
+	if (!f->seed_dir)
+		return;
+	snprintf(path, sizeof(path), "%s/case-%04u", f->seed_dir, ++f->seeds);
+	if (!(out = fopen(path, "wb"))) {
+		perror(path);
+		exit(2);
+	}
+	fputc(op, out);
+	fputc(0, out);
+	fputs(data, out);
+	if (fclose(out)) {
+		perror(path);
+		exit(2);
+	}
+}
+
+/* @lists ARG...: plugstack.conf arguments, as hetero_conf_parse takes them. */
+static void case_lists(struct case_file *f, const char *p)
+{
+	char *argv[8], err[HETERO_ERR_MAX], joined[CASE_LINE_MAX] = "";
+	int argc = 0, i;
+
+	for (p = skip_ws(p); *p && argc < 8; p = skip_ws(p)) {
+		if (!(argv[argc] = word_or_quoted(&p)) || !*argv[argc]) {
+			free(argv[argc]);
+			case_error(f, "bad @lists argument");
+			goto out;
+		}
+		strncat(joined, argc ? " " : "", sizeof(joined) - strlen(joined) - 1);
+		strncat(joined, argv[argc], sizeof(joined) - strlen(joined) - 1);
+		argc++;
+	}
+	if (*p) {
+		case_error(f, "more than 8 @lists arguments");
+		goto out;
+	}
+	if (hetero_conf_parse(&f->conf, argc, argv, err, sizeof(err))) {
+		case_error(f, err);
+		goto out;
+	}
+	if (argc)
+		seed(f, 6, joined);
+out:
+	for (i = 0; i < argc; i++)
+		free(argv[i]);
+}
+
+/* Checks one case against the C parsers; the meaning keys must all be known. */
+static void case_check(struct case_file *f, const char *opt, const char *v, int ok,
+		       struct case_kv *kv, int nkv)
+{
+	char err[HETERO_ERR_MAX] = "", head[32], got[512] = "", want[512] = "";
+	int used[CASE_KEYS] = { 0 }, rc = -2, bad = 0, i;
+
+	if (!strcmp(opt, "accel")) {
+		struct hetero_accel a;
+		const char *kind = kv_get(kv, nkv, "kind", "", used);
+		int units = !strcmp(kind, "units");
+		unsigned long long count, milli, mem;
+
+		rc = hetero_parse_accel(v, &a, err, sizeof(err));
+		seed(f, 0, v);
+		if (ok) {
+			count = kv_num(f, kv, nkv, "count", units ? "0" : "1", used, &bad);
+			milli = kv_num(f, kv, nkv, "units_milli", "0", used, &bad);
+			mem = kv_num(f, kv, nkv, "mem_mib", "0", used, &bad);
+			snprintf(want, sizeof(want), "kind=%s name=%s count=%llu units_milli=%llu mem_mib=%llu",
+				 kind, kv_get(kv, nkv, "name", "", used), count, milli, mem);
+		}
+		if (!rc)
+			snprintf(got, sizeof(got), "kind=%s name=%s count=%u units_milli=%u mem_mib=%llu",
+				 a.kind == HETERO_ACCEL_NAME ? "name" : a.kind == HETERO_ACCEL_ANY
+				 ? "any" : "units", a.name, a.count, (unsigned)a.units_milli,
+				 (unsigned long long)a.mem_mib);
+	} else if (!strcmp(opt, "arch")) {
+		enum hetero_arch arch;
+
+		rc = hetero_parse_arch(v, &arch, err, sizeof(err));
+		seed(f, 1, v);
+		if (ok)
+			snprintf(want, sizeof(want), "arch=%s", kv_get(kv, nkv, "arch", "", used));
+		if (!rc)
+			snprintf(got, sizeof(got), "arch=%s", hetero_arch_name(arch));
+	} else if (!strcmp(opt, "energy") || !strcmp(opt, "tier")) {
+		char name[HETERO_POLICY_MAX + 1];
+
+		if (opt[0] == 'e') {
+			rc = hetero_parse_energy(v, &f->conf.energy, name, err, sizeof(err));
+			seed(f, f->conf.energy.n ? 5 : 2, v);
+		} else {
+			rc = hetero_parse_tier(v, &f->conf.tiers, name, err, sizeof(err));
+			seed(f, 3, v);
+		}
+		if (ok)
+			snprintf(want, sizeof(want), "name=%s", kv_get(kv, nkv, "name", "", used));
+		if (!rc)
+			snprintf(got, sizeof(got), "name=%s", name);
+	} else if (!strcmp(opt, "image")) {
+		struct hetero_image img;
+
+		rc = hetero_parse_image(v, &img, err, sizeof(err));
+		seed(f, 4, v);
+		if (ok)
+			snprintf(want, sizeof(want), "name=%s tag=%s",
+				 kv_get(kv, nkv, "name", "", used), kv_get(kv, nkv, "tag", "", used));
+		if (!rc)
+			snprintf(got, sizeof(got), "name=%s tag=%s", img.name, img.tag);
+	} else {
+		case_error(f, "unknown option (accel, arch, energy, tier or image)");
+		return;
+	}
+	for (i = 0; i < nkv; i++)
+		if (!used[i])
+			bad = case_error(f, "a meaning key this option does not have");
+	if (bad)
+		return;
+	f->cases++;
+	CHECK(rc == (ok ? 0 : -1), "%s:%u: --%s='%s': want %s, got %d (%s)", f->path, f->line,
+	      opt, esc(v), ok ? "accept" : "reject", rc, err);
+	if (ok && !rc)
+		CHECK(!strcmp(got, want), "%s:%u: --%s='%s':\n  got  %.200s\n  want %.200s",
+		      f->path, f->line, opt, esc(v), got, want);
+	if (!ok && rc == -1) {
+		snprintf(head, sizeof(head), "--%s='", opt);
+		CHECK(!strncmp(err, head, strlen(head)) && strstr(err, "): use ")
+		      && printable(err) && strlen(err) < 1400,
+		      "%s:%u: --%s='%s': bad message: %s", f->path, f->line, opt, esc(v), err);
+	}
+}
+
+static void case_line(struct case_file *f, const char *p)
+{
+	struct case_kv kv[CASE_KEYS];
+	char opt[16], res[16], *v = NULL;
+	int nkv = 0, ok, i;
+	size_t n;
+
+	for (n = 0; p[n] && p[n] != ' ' && p[n] != '\t'; n++)
+		;
+	if (n == 0 || n >= sizeof(opt)) {
+		case_error(f, "OPTION expected");
+		return;
+	}
+	memcpy(opt, p, n);
+	opt[n] = '\0';
+	p = skip_ws(p + n);
+	if (*p != '"' || !(v = word_or_quoted(&p))) {
+		case_error(f, "a \"quoted\" VALUE expected (see the escapes in the file's header)");
+		return;
+	}
+	p = skip_ws(p);
+	for (n = 0; p[n] && p[n] != ' ' && p[n] != '\t'; n++)
+		;
+	if (n >= sizeof(res) || (memcpy(res, p, n), res[n] = '\0',
+				 strcmp(res, "ok") && strcmp(res, "reject"))) {
+		case_error(f, "RESULT must be ok or reject");
+		goto out;
+	}
+	ok = !strcmp(res, "ok");
+	for (p = skip_ws(p + n); *p; p = skip_ws(p)) {
+		const char *eq = strchr(p, '=');
+
+		if (!ok || nkv == CASE_KEYS || !eq || eq == p || (size_t)(eq - p) >= sizeof(kv[0].key)
+		    || memchr(p, ' ', (size_t)(eq - p))) {
+			case_error(f, ok ? "KEY=VALUE expected" : "a rejected case has no meaning");
+			goto out;
+		}
+		memcpy(kv[nkv].key, p, (size_t)(eq - p));
+		kv[nkv].key[eq - p] = '\0';
+		p = eq + 1;
+		if (!(kv[nkv].val = word_or_quoted(&p))) {
+			case_error(f, "bad VALUE of a key");
+			goto out;
+		}
+		for (i = 0; i < nkv; i++)
+			if (!strcmp(kv[i].key, kv[nkv].key)) {
+				free(kv[nkv].val);
+				case_error(f, "a key given twice");
+				goto out;
+			}
+		nkv++;
+	}
+	case_check(f, opt, v, ok, kv, nkv);
+out:
+	for (i = 0; i < nkv; i++)
+		free(kv[i].val);
+	free(v);
+}
+
+/* Runs every case of the file; returns how many there were. */
+static unsigned test_case_file(const char *path, const char *seed_dir)
+{
+	struct case_file f = { path, 0, 0, 0, seed_dir, { { 0 }, { 0 } } };
+	char line[CASE_LINE_MAX];
+	FILE *in = fopen(path, "r");
+
+	if (!in) {
+		perror(path);
+		exit(2);
+	}
+	while (fgets(line, sizeof(line), in)) {
+		size_t n = strlen(line);
+		const char *p;
+
+		f.line++;
+		if (n && line[n - 1] == '\n')
+			line[--n] = '\0';
+		else if (!feof(in)) {
+			case_error(&f, "line too long");
+			break;
+		}
+		while (n && (line[n - 1] == ' ' || line[n - 1] == '\t' || line[n - 1] == '\r'))
+			line[--n] = '\0';
+		p = skip_ws(line);
+		if (!*p || *p == '#')
+			continue;
+		if (!strncmp(p, "@lists", 6) && (!p[6] || p[6] == ' ' || p[6] == '\t'))
+			case_lists(&f, p + 6);
+		else if (*p == '@')
+			case_error(&f, "unknown directive (only @lists)");
+		else
+			case_line(&f, p);
+	}
+	fclose(in);
+	if (f.cases < 100)
+		case_error(&f, "fewer than 100 cases: is this the case file?");
+	return f.cases;
+}
+
+static int usage(const char *prog)
+{
+	fprintf(stderr, "usage: %s [--seeds DIR] CASEFILE\n"
+		"  CASEFILE: tests/data/grammar/options.cases (make -C spank test passes it)\n"
+		"  --seeds DIR: also write each case as a libFuzzer input into DIR\n", prog);
+	return 2;
+}
+
+int main(int argc, char **argv)
+{
+	char *conf_argv[] = { "energy=performance,balanced,efficiency,auto",
+			      "tiers=diamond,gold,silver" };
+	char err[HETERO_ERR_MAX] = "";
+	const char *seed_dir = NULL;
+	unsigned ncases;
+
+	if (argc == 4 && !strcmp(argv[1], "--seeds"))
+		seed_dir = argv[2];
+	else if (argc != 2 || argv[1][0] == '-')
+		return usage(argv[0]);
+	if (hetero_conf_parse(&site, 2, conf_argv, err, sizeof(err))) {
 		fprintf(stderr, "site conf: %s\n", err);
 		return 1;
 	}
-	test_table();
+	ncases = test_case_file(argv[argc - 1], seed_dir);
 	test_lengths();
 	test_accel_struct();
 	test_arch_parse();
+	test_image_parse();
 	test_messages();
 	test_conf();
-	printf("%d passed, %d failed\n", passed, failed);
+	printf("%d passed, %d failed (%u cases from %s)\n", passed, failed, ncases, argv[argc - 1]);
 	return failed ? 1 : 0;
 }

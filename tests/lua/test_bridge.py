@@ -13,8 +13,8 @@ from slurm_hetero.bridge.luarun import JobSubmit
 from slurm_hetero.bridge.snapshot import PoolCapacity, to_lua
 from slurm_hetero.bridge.tables import pools
 from slurm_hetero.conf import Profile, render_site
-from slurm_hetero.energy.policies import CPU_GOVERNORS
 from slurm_hetero.site import Site, load_site
+from slurm_hetero.site.policies import CPU_GOVERNORS
 
 DEMO = Path(__file__).resolve().parents[2] / "site" / "demo" / "site.yaml"
 

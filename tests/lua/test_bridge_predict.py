@@ -10,8 +10,8 @@ from slurm_hetero.bridge.luarun import JobSubmit
 from slurm_hetero.bridge.snapshot import PoolCapacity, to_lua
 from slurm_hetero.bridge.tables import pools
 from slurm_hetero.conf import Profile, render_site
-from slurm_hetero.energy.comment import parse_comment
 from slurm_hetero.site import Site, load_site
+from slurm_hetero.slurm.comment import parse_comment
 from tests.predict_fixture import export_model
 
 DEMO = Path(__file__).resolve().parents[2] / "site" / "demo" / "site.yaml"

@@ -7,14 +7,14 @@
 -- Runs inside slurmctld under Lua 5.1: no shell, no per-job file I/O (the capacity
 -- snapshot is re-read at most every 2 s, and only when it changed).
 -- Invalid user input rejects the job with one line; internal errors let it pass unchanged.
+--
+-- This file is the site's tables (generated), then the bridge's logic: the plain Lua file
+-- slurm_hetero/bridge/bridge.lua, verbatim, in a function called with the tables.
 
 local GRES_PREFIX = "gres:"
-local OPTION_PREFIX = "_SLURM_SPANK_OPTION_hetero_"
-local OPTION_NAMES = { "accel", "arch", "energy", "tier", "image" }
 local SNAPSHOT_PATH = "/var/spool/slurmctld/hetero-snapshot.lua"
 local SNAPSHOT_CHECK_S = 2
 local SNAPSHOT_STALE_S = 30
-local MAX_VALUE_LEN = 256
 
 -- Accelerator models of this site: GRES name and type, normalized units, device memory.
 local MODELS = {
@@ -43,13 +43,6 @@ local POOLS = {
     { key = "h100@x86_64", model = "h100", arch = "x86_64", per_node = 8, partitions = "gpu" },
     { key = "gh200@aarch64", model = "gh200", arch = "aarch64", per_node = 1, partitions = "gpu" },
 }
-local ARCHES = {
-    ["any"] = "any",
-    ["x86_64"] = "x86_64",
-    ["aarch64"] = "aarch64",
-    ["arm64"] = "aarch64",
-    ["armv8"] = "aarch64",
-}
 local TIERS = { ["diamond"] = true, ["gold"] = true, ["silver"] = true, }
 local ENERGY = {
     ["performance"] = { cpu_freq_gov = 2181038080, gpu_freq = "high" },
@@ -63,8 +56,212 @@ local GRES_PARTITIONS = {
     ["shard"] = "gpu",
     ["npu"] = "npu",
 }
+-- Containers: the site's images (stub bundle, variants as arch/stack), the default tag of
+-- each name, the stack of each GRES, the host folders jobs may ask to mount.
+local IMAGES = {
+    ["busybox:1.35"] = { path = "/var/lib/slurm-hetero/images/busybox/1.35", variants = { "aarch64/cpu", "x86_64/cpu", } },
+    ["pytorch:24.05"] = { path = "/var/lib/slurm-hetero/images/pytorch/24.05", variants = { "aarch64/cann", "aarch64/cpu", "aarch64/cuda", "x86_64/cpu", "x86_64/cuda", } },
+}
+local IMAGE_TAGS = { ["pytorch"] = "24.05", ["busybox"] = "1.35", }
+local GRES_STACKS = { ["gpu:a100-80gb"] = "cuda", ["gpu:h100"] = "cuda", ["gpu:gh200"] = "cuda", ["gpu:v100"] = "cuda", ["npu:910b"] = "cann", ["gpu"] = "cuda", ["shard"] = "cuda", ["mps"] = "cuda", ["npu"] = "cann", }
+local MOUNT_ALLOW = {
+    { source = "/tmp", mode = "rw" },
+    { source = "/usr/share/zoneinfo", mode = "ro" },
+}
+local MOUNTS_VAR = "SLURM_HETERO_MOUNTS"
+-- Runtime prediction: partitions in backfill mode, the limit (minutes) a job gets from its
+-- partition when its user gives none, the default partition, the compiled-in model.
+local PREDICTED_LIMITS = { ["cpu"] = true, }
+local PARTITION_LIMITS = {
+    ["cpu"] = 60,
+    ["gpu"] = 60,
+    ["npu"] = 60,
+}
+local DEFAULT_PARTITION = "cpu"
+local MODEL_LUA = nil
+
+-- ---- the bridge's logic: slurm_hetero/bridge/bridge.lua, verbatim ---------------------
+local function bridge(...)
+-- bridge.lua: the logic of slurm-hetero's job_submit.lua bridge. Plain Lua 5.1 (no //, no
+-- bit operators, no goto), testable and lintable as it is.
+--
+-- `slurm-hetero conf render` writes job_submit.lua as ONE file (slurmctld loads only that):
+-- the site's tables, then this file verbatim inside a function called with them. On its
+-- own (tests, lint) the tables come as the chunk's argument; a missing one is empty:
+--     local hetero = assert(loadfile("bridge.lua"))({ MODELS = {...}, TIERS = {...} })
+-- It defines the globals slurm_job_submit and slurm_job_modify, and returns its grammar and
+-- snapshot checks for tests.
+--
+-- Runs inside slurmctld: no shell, no per-job file I/O (the capacity snapshot is re-read at
+-- most every SNAPSHOT_CHECK_S s, and only when it changed). Invalid user input rejects the
+-- job with one line; internal errors let it pass unchanged.
+
+local SITE = ...
+if type(SITE) ~= "table" then SITE = {} end
+local function site(name, default)
+    local v = SITE[name]
+    if v == nil then return default end
+    return v
+end
+
+local GRES_PREFIX = site("GRES_PREFIX", "gres:")
+local SNAPSHOT_PATH = site("SNAPSHOT_PATH", nil)  -- nil: no snapshot, the static order
+local SNAPSHOT_CHECK_S = site("SNAPSHOT_CHECK_S", 2)
+local SNAPSHOT_STALE_S = site("SNAPSHOT_STALE_S", 30)
+local MODELS = site("MODELS", {})            -- id -> { gres, type, units, mem_mib }
+local MODEL_GROUPS = site("MODEL_GROUPS", {})  -- any, vendor, stack -> { id = true }
+local MODEL_ALIASES = site("MODEL_ALIASES", {})  -- GRES type -> id
+local POOLS = site("POOLS", {})              -- { key, model, arch, per_node, partitions }, static order
+local TIERS = site("TIERS", {})              -- name -> true
+local ENERGY = site("ENERGY", {})            -- name -> { cpu_freq_gov, gpu_freq }
+local GRES_PARTITIONS = site("GRES_PARTITIONS", {})  -- GRES name -> "part1,part2"
+local IMAGES = site("IMAGES", {})            -- NAME:TAG -> { path, variants = { "arch/stack" } }
+local IMAGE_TAGS = site("IMAGE_TAGS", {})    -- NAME -> default TAG
+local GRES_STACKS = site("GRES_STACKS", {})  -- "gpu:h100", "gpu" -> stack
+local MOUNT_ALLOW = site("MOUNT_ALLOW", {})  -- { source, mode }
+local MOUNTS_VAR = site("MOUNTS_VAR", "SLURM_HETERO_MOUNTS")
+local PREDICTED_LIMITS = site("PREDICTED_LIMITS", {})  -- partition -> true
+local PARTITION_LIMITS = site("PARTITION_LIMITS", {})  -- partition -> minutes
+local DEFAULT_PARTITION = site("DEFAULT_PARTITION", "")
+local MODEL_LUA = site("MODEL_LUA", nil)     -- the exported runtime model, a Lua chunk
+
+local OPTION_PREFIX = "_SLURM_SPANK_OPTION_hetero_"
+local OPTION_NAMES = { "accel", "arch", "energy", "tier", "image" }
+
+-- ---- the option grammar: the same as the SPANK plugin's (spank/hetero_opts.h), case for
+-- case (tests/data/grammar/options.cases), because a user can bypass the plugin by setting
+-- _SLURM_SPANK_OPTION_hetero_* in sbatch's environment. Explicit ASCII classes only (Lua's
+-- %w, %p and string.lower follow slurmctld's C locale): lower-casing comes after the value
+-- is known to be printable ASCII. ----------------------------------------------------------
+
+local MAX_VALUE_LEN = 256                    -- HETERO_VALUE_MAX
+local MAX_NAME_LEN = 64                      -- HETERO_ACCEL_NAME_MAX
+local MAX_COUNT = 1024                       -- HETERO_COUNT_MAX
+local MAX_UNITS_MILLI = 100000 * 1000        -- HETERO_UNITS_MAX, in thousandths
+local MAX_DECIMALS = 3                       -- HETERO_UNITS_DECIMALS
+local MAX_SIZE = 1125899906842624            -- 2^50: the largest SIZE before its unit
+local MAX_MEM_MIB = 1099511627776            -- HETERO_MEM_MAX_MIB, 2^40 MiB
+local MAX_POLICY_LEN = 32                    -- HETERO_POLICY_MAX
+local MAX_TAG_LEN = 128                      -- HETERO_TAG_MAX
+local MEM_MIB = { [""] = 1, m = 1, g = 1024, t = 1048576 }  -- k: rounded up to whole MiB
+local ARCHES = { any = "any", x86_64 = "x86_64", aarch64 = "aarch64", arm64 = "aarch64", armv8 = "aarch64" }
+
+local NOT_PRINTABLE = "empty, too long or not printable ASCII"
 local ACCEL_FORMS = "use MODEL[:N], VENDOR|STACK[:N], any[:N] or units=U, optionally followed by ,mem>=SIZE"
-local MEM_UNITS = { [""] = 1, k = 1 / 1024, m = 1, g = 1024, t = 1024 * 1024 }
+local COUNT_RULE = "the count must be 1 to 1024"
+local UNITS_RULE = "units must be a number above 0 (e.g. units=2.5)"
+local MEM_RULE = "bad memory floor: use ,mem>=SIZE (e.g. ,mem>=80G)"
+local NAME_RULE = "a name is a letter then up to 31 letters, digits, '_' or '-'"
+local IMAGE_FORMS = "use NAME[:TAG], NAME being '/'-separated components of letters, digits, " ..
+    "'.', '_' or '-' that start with a letter or digit"
+
+-- 1 to 256 bytes of printable ASCII without space: what every option value must be.
+local function printable(v)
+    return type(v) == "string" and #v > 0 and #v <= MAX_VALUE_LEN and not string.find(v, "[^!-~]")
+end
+
+-- Decimal digits without a leading zero, at most max; nil otherwise. 16 digits stay exact
+-- in a double and every limit here is below 10^16.
+local function uint(digits, max)
+    if digits == "" or #digits > 16 or (#digits > 1 and string.byte(digits) == 48) then return nil end
+    local n = tonumber(digits)
+    if n > max then return nil end
+    return n
+end
+
+-- --accel: MODEL[:N] | VENDOR|STACK[:N] | any[:N] | units=U, then optionally ,mem>=SIZE.
+-- The meaning as hetero_parse_accel gives it: { kind = "name"|"any"|"units", name
+-- (lower-cased, "" unless kind is name), count (1 without :N, 0 for units), units_milli,
+-- mem_mib (0 when not given), units_text (U as written) }, or nil and why.
+local function accel_syntax(value)
+    if not printable(value) then return nil, NOT_PRINTABLE end
+    local s = string.lower(value)
+    local a = { kind = "name", name = "", count = 1, units_milli = 0, mem_mib = 0 }
+    local rest
+    if string.sub(s, 1, 6) == "units=" then
+        local whole, dot, frac
+        whole, dot, frac, rest = string.match(s, "^([0-9]*)(%.?)([0-9]*)(.*)$", 7)
+        local w = uint(whole, MAX_UNITS_MILLI / 1000)
+        if w == nil or (dot == "." and frac == "") then
+            return nil, whole == "" and UNITS_RULE or "units must be a decimal number like 2.5 " ..
+                "(no sign, exponent, leading zero or trailing dot) of at most 100000"
+        end
+        if #frac > MAX_DECIMALS then return nil, "units has more than 3 decimals" end
+        local milli = w * 1000 + (tonumber(frac .. string.rep("0", MAX_DECIMALS - #frac)))
+        if milli == 0 then return nil, UNITS_RULE end
+        if milli > MAX_UNITS_MILLI then return nil, "units must be at most 100000" end
+        a.kind, a.count, a.units_milli, a.units_text = "units", 0, milli, whole .. dot .. frac
+    else
+        local name
+        name, rest = string.match(s, "^([a-z0-9][a-z0-9._%-]*)(.*)$")
+        if name == nil then return nil, ACCEL_FORMS end
+        if #name > MAX_NAME_LEN then return nil, "the name is longer than 64 characters" end
+        if name == "any" then a.kind = "any" else a.name = name end
+        if string.byte(rest) == 58 then  -- ":"
+            local digits
+            digits, rest = string.match(rest, "^:([0-9]*)(.*)$")
+            local n = uint(digits, MAX_COUNT)
+            if n == nil or n < 1 then return nil, COUNT_RULE end
+            a.count = n
+        end
+    end
+    if rest ~= "" then
+        if string.byte(rest) ~= 44 then return nil, ACCEL_FORMS end  -- not ","
+        local digits, unit, b = string.match(rest, "^,mem>=([0-9]*)([kmgt]?)(b?)$")
+        if digits == nil or (b ~= "" and unit == "") then return nil, MEM_RULE end
+        local n = uint(digits, MAX_SIZE)
+        if n == nil or n < 1 then  -- digits without a leading zero: above the limit
+            return nil, (n == nil and string.find(digits, "^[1-9]")) and
+                "the memory floor is too large" or MEM_RULE
+        end
+        local mib = unit == "k" and math.ceil(n / 1024) or n * MEM_MIB[unit]
+        if mib > MAX_MEM_MIB then return nil, "the memory floor is too large" end
+        a.mem_mib = mib
+    end
+    return a
+end
+
+-- --arch: any, x86_64, aarch64 or the aliases arm64, armv8, in any case: { arch }.
+local function arch_syntax(value)
+    if not printable(value) then return nil, NOT_PRINTABLE end
+    local arch = ARCHES[string.lower(value)]
+    if arch == nil then return nil, "use any, x86_64 or aarch64 (aliases arm64, ARMv8)" end
+    return { arch = arch }
+end
+
+-- --energy and --tier: a name (a letter, then letters, digits, '_' or '-'; at most 32),
+-- in any case; on the `allowed` list (lower-case name -> anything) unless that is nil,
+-- as the plugin does without plugstack lists: { name } lower-cased.
+local function name_syntax(value, allowed)
+    if not printable(value) then return nil, NOT_PRINTABLE end
+    local s = string.lower(value)
+    if #s > MAX_POLICY_LEN or not string.find(s, "^[a-z][a-z0-9_%-]*$") then return nil, NAME_RULE end
+    if allowed ~= nil and allowed[s] == nil then return nil, "not offered on this cluster" end
+    return { name = s }
+end
+
+-- --image: NAME[:TAG], NAME '/'-separated components [A-Za-z0-9][A-Za-z0-9._-]*, TAG
+-- [A-Za-z0-9_][A-Za-z0-9._-]* of at most 128: { name, tag ("" when not given) }.
+local function image_syntax(value)
+    if not printable(value) then return nil, NOT_PRINTABLE end
+    local name, tag = value, ""
+    local colon = string.find(value, ":", 1, true)
+    if colon then
+        name, tag = string.sub(value, 1, colon - 1), string.sub(value, colon + 1)
+        if #tag > MAX_TAG_LEN or not string.find(tag, "^[A-Za-z0-9_][A-Za-z0-9._%-]*$") then
+            return nil, IMAGE_FORMS
+        end
+    end
+    local pos = 1
+    while true do
+        local stop = string.match(name, "^[A-Za-z0-9][A-Za-z0-9._%-]*()", pos)
+        if stop == nil then return nil, IMAGE_FORMS end
+        if stop > #name then break end
+        if string.byte(name, stop) ~= 47 then return nil, IMAGE_FORMS end  -- not "/"
+        pos = stop + 1
+    end
+    return { name = name, tag = tag }
+end
 
 local function sorted_keys(t)
     local out = {}
@@ -76,7 +273,7 @@ local KNOWN_ACCEL = sorted_keys(MODELS) .. ", " .. sorted_keys(MODEL_GROUPS)
 
 -- A user's value, made safe to echo: printable ASCII only, at most 64 characters.
 local function shown(value)
-    local s = string.gsub(string.sub(value, 1, 64), "[^%w%p ]", "?")
+    local s = string.gsub(string.sub(value, 1, 64), "[^ -~]", "?")
     if #value > 64 then s = s .. "..." end
     return s
 end
@@ -85,41 +282,26 @@ local function reject(option, value, why)
     return nil, "hetero: --" .. option .. "=" .. shown(value) .. ": " .. why
 end
 
--- ---- option parsing (the SPANK plugin checked syntax; we check meaning) ------------
+-- ---- option meaning: the site's models, groups and aliases ---------------------------
+
+-- Accepted --accel values, parsed: users repeat a few values and slurmctld runs the bridge
+-- under its locks, so each is parsed once (the result is only read). Emptied when full.
+local ACCEL_MEMO_MAX = 512
+local accel_memo, accel_memo_n = {}, 0
 
 local function parse_accel(value)
-    local s = string.lower(value)
-    local base, mem = s, nil
-    local comma = string.find(s, ",", 1, true)
-    if comma then
-        base = string.sub(s, 1, comma - 1)
-        local num, unit = string.match(string.sub(s, comma + 1), "^mem>=(%d+)([kmgt]?)b?$")
-        if num == nil or tonumber(num) == 0 then
-            return reject("accel", value, "bad memory floor: use ,mem>=SIZE (e.g. ,mem>=80G)")
-        end
-        mem = tonumber(num) * MEM_UNITS[unit]
-    end
-    local req = { mem = mem }
-    local units = string.match(base, "^units=(%d+%.?%d*)$")
-    if units then
-        req.units = tonumber(units)
-        if req.units == nil or req.units <= 0 or req.units > 100000 then
-            return reject("accel", value, "units must be a number above 0 (e.g. units=2.5)")
-        end
-        req.set = MODEL_GROUPS["any"]
-        req.text = "units=" .. units
+    local req = accel_memo[value]
+    if req then return req end
+    local a, why = accel_syntax(value)
+    if a == nil then return reject("accel", value, why) end
+    req = { mem = a.mem_mib > 0 and a.mem_mib or nil }
+    if a.kind == "units" then
+        req.units = a.units_milli / 1000
+        req.set = MODEL_GROUPS["any"] or {}
+        req.text = "units=" .. a.units_text
     else
-        local name, count = string.match(base, "^([%w][%w%._%-]*):(%d+)$")
-        if name == nil then
-            name, count = string.match(base, "^([%w][%w%._%-]*)$"), "1"
-        end
-        if name == nil then
-            return reject("accel", value, ACCEL_FORMS)
-        end
-        req.n = tonumber(count)
-        if req.n < 1 or req.n > 1024 then
-            return reject("accel", value, "the count must be 1 to 1024")
-        end
+        local name = a.kind == "any" and "any" or a.name
+        req.n = a.count
         local mid = MODEL_ALIASES[name] or name
         if MODELS[mid] then
             req.set = { [mid] = true }
@@ -131,7 +313,9 @@ local function parse_accel(value)
         end
         req.text = name .. ":" .. req.n
     end
-    if mem then req.text = req.text .. ",mem>=" .. math.floor(mem / 1024) .. "G" end
+    if req.mem then req.text = req.text .. ",mem>=" .. math.floor(req.mem / 1024) .. "G" end
+    if accel_memo_n >= ACCEL_MEMO_MAX then accel_memo, accel_memo_n = {}, 0 end
+    accel_memo[value], accel_memo_n = req, accel_memo_n + 1
     return req
 end
 
@@ -155,8 +339,85 @@ local function read_options(job_desc)
 end
 
 -- ---- capacity snapshot ---------------------------------------------------------------
+-- Written by `slurm-hetero bridge snapshot` (slurm_hetero/bridge/snapshot.py), atomically:
+--   -- hetero-snapshot GENERATION
+--   return { generated_at = EPOCH_S, pools = { ["model@arch"] = { total = N, free = N,
+--            free_max_node = N, pending = N }, ... } }
+-- Re-read at most every SNAPSHOT_CHECK_S s and loaded only when GENERATION changed: as
+-- data (no functions in its environment, a bounded number of instructions), then checked
+-- field by field. A pool with a bad field is left out (one log line per load), so the
+-- bridge ranks it as if the snapshot did not list it; a snapshot without a usable time is
+-- unreadable. Fresh: at most SNAPSHOT_STALE_S old and not dated more than CLOCK_SKEW_S
+-- ahead of slurmctld's clock (a writer whose clock runs ahead must not look fresh forever).
 
-local snap = { checked = -1, gen = nil, data = nil, state = nil }
+local CLOCK_SKEW_S = 5
+local MAX_DEVICES = 2147483647
+local SNAPSHOT_INSTRUCTIONS = 1000000
+local POOL_FIELDS = { "total", "free", "free_max_node", "pending" }
+
+local function device_count(v)
+    return type(v) == "number" and v >= 0 and v <= MAX_DEVICES and math.floor(v) == v
+end
+
+-- The snapshot's data checked: { generated_at, pools = { key = clean copy } } and the list
+-- of the pools left out ("key (why)"), or nil and why.
+local function check_snapshot(data)
+    if type(data) ~= "table" or type(data.pools) ~= "table" then
+        return nil, "not a table with pools"
+    end
+    local at = data.generated_at
+    if type(at) ~= "number" or at ~= at or at == math.huge or at == -math.huge then
+        return nil, "generated_at is not a time"
+    end
+    local pools, bad = {}, {}
+    for key, p in pairs(data.pools) do
+        local why = nil
+        if type(key) ~= "string" then
+            why = "its key is not a string"
+        elseif type(p) ~= "table" then
+            why = "not a table"
+        else
+            for _, f in ipairs(POOL_FIELDS) do
+                local v = p[f]
+                if why == nil and not device_count(v) then
+                    why = f .. " is " .. (type(v) == "number" and "not a device count" or type(v))
+                end
+            end
+            if why == nil and (p.free > p.total or p.free_max_node > p.free) then
+                why = "more devices free than there are"
+            end
+        end
+        if why then
+            bad[#bad + 1] = shown(tostring(key)) .. " (" .. why .. ")"
+        else
+            pools[key] = { total = p.total, free = p.free, free_max_node = p.free_max_node,
+                           pending = p.pending }
+        end
+    end
+    table.sort(bad)
+    return { generated_at = at, pools = pools }, bad
+end
+
+-- The text after the generation line, run as data and checked: like check_snapshot.
+local function load_snapshot(text)
+    local chunk, err = loadstring(text, "=snapshot")
+    if chunk == nil then return nil, tostring(err) end
+    setfenv(chunk, {})  -- data only: the chunk sees no functions at all
+    local ok, data
+    local hook = debug and debug.sethook
+    if hook then  -- and cannot loop for ever inside slurmctld
+        local h, mask, count = debug.gethook()
+        hook(function() error("runs too long", 0) end, "", SNAPSHOT_INSTRUCTIONS)
+        ok, data = pcall(chunk)
+        if h then hook(h, mask, count) else hook() end
+    else
+        ok, data = pcall(chunk)
+    end
+    if not ok then return nil, tostring(data) end
+    return check_snapshot(data)
+end
+
+local snap = { checked = -1, gen = nil, data = nil, problem = nil, state = nil }
 
 local function note_snapshot(state, detail)
     if snap.state ~= state then  -- one log line per change, not per job
@@ -165,42 +426,60 @@ local function note_snapshot(state, detail)
     end
 end
 
+local function read_snapshot()
+    local f = SNAPSHOT_PATH and io.open(SNAPSHOT_PATH, "r")
+    if not f then
+        snap.data, snap.gen, snap.problem = nil, nil, nil
+        return
+    end
+    local gen = string.match(f:read("*l") or "", "^%-%- hetero%-snapshot (%d+)")
+    if gen == nil then
+        snap.data, snap.gen, snap.problem = nil, nil, "no generation line"
+    elseif gen ~= snap.gen then  -- a new generation: loaded and checked once
+        local data, bad = load_snapshot(f:read("*a") or "")
+        snap.data, snap.gen = data, gen
+        if data == nil then
+            snap.problem = bad
+        else
+            snap.problem = nil
+            if #bad > 0 then
+                slurm.log_error("slurm-hetero: capacity snapshot %s: %d pool(s) left out: %s%s",
+                    SNAPSHOT_PATH, #bad, table.concat(bad, ", ", 1, math.min(#bad, 5)),
+                    #bad > 5 and ", ..." or "")
+            end
+        end
+    end
+    f:close()
+end
+
+-- The snapshot's data when it is fresh (else nil) and its age in seconds (nil: none).
 local function snapshot(now)
     if now - snap.checked >= SNAPSHOT_CHECK_S then
         snap.checked = now
-        local f = io.open(SNAPSHOT_PATH, "r")
-        if f == nil then
-            snap.data, snap.gen = nil, nil
-        else
-            local gen = string.match(f:read("*l") or "", "^%-%- hetero%-snapshot (%d+)")
-            if gen ~= snap.gen then
-                local chunk = loadstring(f:read("*a") or "", "snapshot")
-                local ok, data = false, nil
-                if chunk then
-                    setfenv(chunk, {})  -- data only: the chunk sees no functions at all
-                    ok, data = pcall(chunk)
-                end
-                if ok and type(data) == "table" and type(data.pools) == "table" then
-                    snap.data, snap.gen = data, gen
-                else
-                    snap.data, snap.gen = nil, nil
-                    note_snapshot("unreadable", ": " .. SNAPSHOT_PATH)
-                end
-            end
-            f:close()
-        end
+        read_snapshot()
     end
-    if snap.data == nil then
-        note_snapshot("missing", ": static order applies")
+    local data = snap.data
+    if data == nil then
+        if snap.problem then
+            note_snapshot("unreadable", " (" .. tostring(SNAPSHOT_PATH) .. ": " .. shown(snap.problem) ..
+                "): static order applies")
+        else
+            note_snapshot("missing", ": static order applies")
+        end
         return nil, nil
     end
-    local age = now - (tonumber(snap.data.generated_at) or 0)
+    local age = now - data.generated_at
     if age > SNAPSHOT_STALE_S then
         note_snapshot("stale", ": static order applies")
         return nil, age
     end
+    if age < -CLOCK_SKEW_S then
+        note_snapshot("from the future", string.format(" (%d s ahead of this clock): static order applies",
+            math.floor(-age)))
+        return nil, age
+    end
     note_snapshot("fresh")
-    return snap.data, age
+    return data, age
 end
 
 -- ---- choosing a pool -----------------------------------------------------------------
@@ -224,7 +503,7 @@ local function candidates(req, arch, partition)
                     if in_list(p.partitions, part) then ok_part = true end
                 end
             end
-            local n = req.n or math.ceil(req.units / m.units - 1e-9)
+            local n = req.n or math.max(1, math.ceil(req.units / m.units - 1e-9))
             if ok_part and n <= p.per_node then
                 out[#out + 1] = { pool = p, n = n, cost = n * m.units, order = i }
             end
@@ -268,19 +547,8 @@ end
 -- node's arch and stack. Here: the image exists and has a variant for the arch and stack
 -- the job asks for; when only one arch fits, the job is narrowed to it. Mount requests
 -- outside the admin's allowlist are refused here already (the node checks again).
-local IMAGES = {
-    ["busybox:1.35"] = { path = "/var/lib/slurm-hetero/images/busybox/1.35", variants = { "aarch64/cpu", "x86_64/cpu", } },
-    ["pytorch:24.05"] = { path = "/var/lib/slurm-hetero/images/pytorch/24.05", variants = { "aarch64/cann", "aarch64/cpu", "aarch64/cuda", "x86_64/cpu", "x86_64/cuda", } },
-}
-local IMAGE_TAGS = { ["pytorch"] = "24.05", ["busybox"] = "1.35", }
 local IMAGE_BY_PATH = {}
 for ref, img in pairs(IMAGES) do IMAGE_BY_PATH[img.path] = ref end
-local GRES_STACKS = { ["gpu:a100-80gb"] = "cuda", ["gpu:h100"] = "cuda", ["gpu:gh200"] = "cuda", ["gpu:v100"] = "cuda", ["npu:910b"] = "cann", ["gpu"] = "cuda", ["shard"] = "cuda", ["mps"] = "cuda", ["npu"] = "cann", }
-local MOUNT_ALLOW = {
-    { source = "/tmp", mode = "rw" },
-    { source = "/usr/share/zoneinfo", mode = "ro" },
-}
-local MOUNTS_VAR = "SLURM_HETERO_MOUNTS"
 
 -- The accelerator stack a GRES request implies (nil: none, or not known here).
 local function request_stack(tres)
@@ -326,6 +594,11 @@ local function container_for(job_desc, image, arch, tres)
     local bypath = job_desc.container and IMAGE_BY_PATH[(string.gsub(job_desc.container, "/+$", ""))]
     if image then
         option, given = "image", image
+        local _, why = image_syntax(image)
+        if why then
+            return reject("image", image, why .. (next(IMAGES) and ("; this site has: " ..
+                sorted_keys(IMAGES)) or ""))
+        end
         ref = string.find(image, ":", 1, true) and image or (IMAGE_TAGS[image] and image .. ":" .. IMAGE_TAGS[image])
         if ref == nil or IMAGES[ref] == nil then
             return reject("image", image, next(IMAGES) and ("unknown image; this site has: " ..
@@ -384,24 +657,20 @@ end
 local function decide(job_desc, opts, now)
     for _, name in ipairs(OPTION_NAMES) do
         local v = opts[name]
-        if v ~= nil and (#v == 0 or #v > MAX_VALUE_LEN or string.find(v, "[^%w%p]")) then
-            return reject(name, v, "empty, too long or not printable ASCII")
-        end
+        if v ~= nil and not printable(v) then return reject(name, v, NOT_PRINTABLE) end
     end
     local set, record = {}, {}
     local arch = "any"
     if opts.arch then
-        arch = ARCHES[string.lower(opts.arch)]
-        if arch == nil then
-            return reject("arch", opts.arch, "use any, x86_64 or aarch64 (aliases arm64, ARMv8)")
-        end
+        local a, why = arch_syntax(opts.arch)
+        if a == nil then return reject("arch", opts.arch, why) end
+        arch = a.arch
         record[#record + 1] = '"arch":' .. json_string(arch)
     end
     if opts.tier then
-        local tier = string.lower(opts.tier)
-        if not TIERS[tier] then
-            return reject("tier", opts.tier, "use one of " .. sorted_keys(TIERS))
-        end
+        local t = name_syntax(opts.tier, TIERS)
+        if t == nil then return reject("tier", opts.tier, "use one of " .. sorted_keys(TIERS)) end
+        local tier = t.name
         if job_desc.qos ~= nil and job_desc.qos ~= tier then
             return reject("tier", opts.tier, "conflicts with --qos=" .. shown(job_desc.qos) ..
                 "; give one of them")
@@ -411,10 +680,9 @@ local function decide(job_desc, opts, now)
     end
     local energy
     if opts.energy then
-        energy = string.lower(opts.energy)
-        if not ENERGY[energy] then
-            return reject("energy", opts.energy, "use one of " .. sorted_keys(ENERGY))
-        end
+        local e = name_syntax(opts.energy, ENERGY)
+        if e == nil then return reject("energy", opts.energy, "use one of " .. sorted_keys(ENERGY)) end
+        energy = e.name
         set.cpu_freq_gov = ENERGY[energy].cpu_freq_gov
         record[#record + 1] = '"energy":' .. json_string(energy)
         if energy == "auto" then record[#record + 1] = '"energy_rule":"no history: balanced"' end
@@ -468,17 +736,18 @@ end
 -- snapshot) is fresh, the job's limit becomes the upper quantile so backfill can plan with
 -- it; the user's own limit is kept in the comment and the daemon extends the limit before
 -- it runs out, finally to the user's limit: no job is killed earlier than its user asked.
-local PREDICTED_LIMITS = { ["cpu"] = true, }
--- Minutes: the limit a job gets from its partition when its user gives none.
-local PARTITION_LIMITS = {
-    ["cpu"] = 60,
-    ["gpu"] = 60,
-    ["npu"] = 60,
-}
 local NO_VAL = 4294967294
 local MODEL = nil
-
-local DEFAULT_PARTITION = "cpu"
+if MODEL_LUA ~= nil then
+    local chunk, err = loadstring(MODEL_LUA, "predict")
+    if chunk then
+        setfenv(chunk, { math = math, string = string, tonumber = tonumber, tostring = tostring,
+                         ipairs = ipairs, unpack = unpack })
+        local ok, m = pcall(chunk)
+        if ok and type(m) == "table" and type(m.predict) == "function" then MODEL = m else err = m end
+    end
+    if MODEL == nil then slurm.log_error("slurm-hetero: runtime model not loaded: %s", tostring(err)) end
+end
 
 local function first_partition(list)
     return list and string.match(list, "^[^,]+")
@@ -497,12 +766,7 @@ local function add_prediction(job_desc, set, now)
     local p50, p90 = MODEL.predict_desc(view, now, partition)
     local pred = string.format('"pred":{"p50":%d,"p90":%d}', math.ceil(p50), math.ceil(p90))
     -- The heartbeat matters only where limits may be shortened: no snapshot look-up otherwise.
-    local age = nil
-    if PREDICTED_LIMITS[partition] and user_min then
-        local _, snap_age = snapshot(now)
-        age = snap_age
-    end
-    if age and age <= SNAPSHOT_STALE_S then
+    if PREDICTED_LIMITS[partition] and user_min and snapshot(now) then
         local short = math.max(1, math.ceil(p90 / 60))
         if short < user_min then
             set.time_limit = short
@@ -561,5 +825,35 @@ end
 function slurm_job_modify(job_desc, job_rec, part_list, modify_uid)
     return slurm.SUCCESS
 end
+
+-- For tests (tests/lua): the grammar, as the SPANK plugin's, and the snapshot checks.
+return {
+    accel = accel_syntax, arch = arch_syntax, energy = name_syntax, tier = name_syntax,
+    image = image_syntax, check_snapshot = check_snapshot, load_snapshot = load_snapshot,
+}
+end
+
+bridge({
+    GRES_PREFIX = GRES_PREFIX,
+    SNAPSHOT_PATH = SNAPSHOT_PATH,
+    SNAPSHOT_CHECK_S = SNAPSHOT_CHECK_S,
+    SNAPSHOT_STALE_S = SNAPSHOT_STALE_S,
+    MODELS = MODELS,
+    MODEL_GROUPS = MODEL_GROUPS,
+    MODEL_ALIASES = MODEL_ALIASES,
+    POOLS = POOLS,
+    TIERS = TIERS,
+    ENERGY = ENERGY,
+    GRES_PARTITIONS = GRES_PARTITIONS,
+    IMAGES = IMAGES,
+    IMAGE_TAGS = IMAGE_TAGS,
+    GRES_STACKS = GRES_STACKS,
+    MOUNT_ALLOW = MOUNT_ALLOW,
+    MOUNTS_VAR = MOUNTS_VAR,
+    PREDICTED_LIMITS = PREDICTED_LIMITS,
+    PARTITION_LIMITS = PARTITION_LIMITS,
+    DEFAULT_PARTITION = DEFAULT_PARTITION,
+    MODEL_LUA = MODEL_LUA,
+})
 
 return slurm.SUCCESS

@@ -1,0 +1,749 @@
+-- bridge.lua: the logic of slurm-hetero's job_submit.lua bridge. Plain Lua 5.1 (no //, no
+-- bit operators, no goto), testable and lintable as it is.
+--
+-- `slurm-hetero conf render` writes job_submit.lua as ONE file (slurmctld loads only that):
+-- the site's tables, then this file verbatim inside a function called with them. On its
+-- own (tests, lint) the tables come as the chunk's argument; a missing one is empty:
+--     local hetero = assert(loadfile("bridge.lua"))({ MODELS = {...}, TIERS = {...} })
+-- It defines the globals slurm_job_submit and slurm_job_modify, and returns its grammar and
+-- snapshot checks for tests.
+--
+-- Runs inside slurmctld: no shell, no per-job file I/O (the capacity snapshot is re-read at
+-- most every SNAPSHOT_CHECK_S s, and only when it changed). Invalid user input rejects the
+-- job with one line; internal errors let it pass unchanged.
+
+local SITE = ...
+if type(SITE) ~= "table" then SITE = {} end
+local function site(name, default)
+    local v = SITE[name]
+    if v == nil then return default end
+    return v
+end
+
+local GRES_PREFIX = site("GRES_PREFIX", "gres:")
+local SNAPSHOT_PATH = site("SNAPSHOT_PATH", nil)  -- nil: no snapshot, the static order
+local SNAPSHOT_CHECK_S = site("SNAPSHOT_CHECK_S", 2)
+local SNAPSHOT_STALE_S = site("SNAPSHOT_STALE_S", 30)
+local MODELS = site("MODELS", {})            -- id -> { gres, type, units, mem_mib }
+local MODEL_GROUPS = site("MODEL_GROUPS", {})  -- any, vendor, stack -> { id = true }
+local MODEL_ALIASES = site("MODEL_ALIASES", {})  -- GRES type -> id
+local POOLS = site("POOLS", {})              -- { key, model, arch, per_node, partitions }, static order
+local TIERS = site("TIERS", {})              -- name -> true
+local ENERGY = site("ENERGY", {})            -- name -> { cpu_freq_gov, gpu_freq }
+local GRES_PARTITIONS = site("GRES_PARTITIONS", {})  -- GRES name -> "part1,part2"
+local IMAGES = site("IMAGES", {})            -- NAME:TAG -> { path, variants = { "arch/stack" } }
+local IMAGE_TAGS = site("IMAGE_TAGS", {})    -- NAME -> default TAG
+local GRES_STACKS = site("GRES_STACKS", {})  -- "gpu:h100", "gpu" -> stack
+local MOUNT_ALLOW = site("MOUNT_ALLOW", {})  -- { source, mode }
+local MOUNTS_VAR = site("MOUNTS_VAR", "SLURM_HETERO_MOUNTS")
+local PREDICTED_LIMITS = site("PREDICTED_LIMITS", {})  -- partition -> true
+local PARTITION_LIMITS = site("PARTITION_LIMITS", {})  -- partition -> minutes
+local DEFAULT_PARTITION = site("DEFAULT_PARTITION", "")
+local MODEL_LUA = site("MODEL_LUA", nil)     -- the exported runtime model, a Lua chunk
+
+local OPTION_PREFIX = "_SLURM_SPANK_OPTION_hetero_"
+local OPTION_NAMES = { "accel", "arch", "energy", "tier", "image" }
+
+-- ---- the option grammar: the same as the SPANK plugin's (spank/hetero_opts.h), case for
+-- case (tests/data/grammar/options.cases), because a user can bypass the plugin by setting
+-- _SLURM_SPANK_OPTION_hetero_* in sbatch's environment. Explicit ASCII classes only (Lua's
+-- %w, %p and string.lower follow slurmctld's C locale): lower-casing comes after the value
+-- is known to be printable ASCII. ----------------------------------------------------------
+
+local MAX_VALUE_LEN = 256                    -- HETERO_VALUE_MAX
+local MAX_NAME_LEN = 64                      -- HETERO_ACCEL_NAME_MAX
+local MAX_COUNT = 1024                       -- HETERO_COUNT_MAX
+local MAX_UNITS_MILLI = 100000 * 1000        -- HETERO_UNITS_MAX, in thousandths
+local MAX_DECIMALS = 3                       -- HETERO_UNITS_DECIMALS
+local MAX_SIZE = 1125899906842624            -- 2^50: the largest SIZE before its unit
+local MAX_MEM_MIB = 1099511627776            -- HETERO_MEM_MAX_MIB, 2^40 MiB
+local MAX_POLICY_LEN = 32                    -- HETERO_POLICY_MAX
+local MAX_TAG_LEN = 128                      -- HETERO_TAG_MAX
+local MEM_MIB = { [""] = 1, m = 1, g = 1024, t = 1048576 }  -- k: rounded up to whole MiB
+local ARCHES = { any = "any", x86_64 = "x86_64", aarch64 = "aarch64", arm64 = "aarch64", armv8 = "aarch64" }
+
+local NOT_PRINTABLE = "empty, too long or not printable ASCII"
+local ACCEL_FORMS = "use MODEL[:N], VENDOR|STACK[:N], any[:N] or units=U, optionally followed by ,mem>=SIZE"
+local COUNT_RULE = "the count must be 1 to 1024"
+local UNITS_RULE = "units must be a number above 0 (e.g. units=2.5)"
+local MEM_RULE = "bad memory floor: use ,mem>=SIZE (e.g. ,mem>=80G)"
+local NAME_RULE = "a name is a letter then up to 31 letters, digits, '_' or '-'"
+local IMAGE_FORMS = "use NAME[:TAG], NAME being '/'-separated components of letters, digits, " ..
+    "'.', '_' or '-' that start with a letter or digit"
+
+-- 1 to 256 bytes of printable ASCII without space: what every option value must be.
+local function printable(v)
+    return type(v) == "string" and #v > 0 and #v <= MAX_VALUE_LEN and not string.find(v, "[^!-~]")
+end
+
+-- Decimal digits without a leading zero, at most max; nil otherwise. 16 digits stay exact
+-- in a double and every limit here is below 10^16.
+local function uint(digits, max)
+    if digits == "" or #digits > 16 or (#digits > 1 and string.byte(digits) == 48) then return nil end
+    local n = tonumber(digits)
+    if n > max then return nil end
+    return n
+end
+
+-- --accel: MODEL[:N] | VENDOR|STACK[:N] | any[:N] | units=U, then optionally ,mem>=SIZE.
+-- The meaning as hetero_parse_accel gives it: { kind = "name"|"any"|"units", name
+-- (lower-cased, "" unless kind is name), count (1 without :N, 0 for units), units_milli,
+-- mem_mib (0 when not given), units_text (U as written) }, or nil and why.
+local function accel_syntax(value)
+    if not printable(value) then return nil, NOT_PRINTABLE end
+    local s = string.lower(value)
+    local a = { kind = "name", name = "", count = 1, units_milli = 0, mem_mib = 0 }
+    local rest
+    if string.sub(s, 1, 6) == "units=" then
+        local whole, dot, frac
+        whole, dot, frac, rest = string.match(s, "^([0-9]*)(%.?)([0-9]*)(.*)$", 7)
+        local w = uint(whole, MAX_UNITS_MILLI / 1000)
+        if w == nil or (dot == "." and frac == "") then
+            return nil, whole == "" and UNITS_RULE or "units must be a decimal number like 2.5 " ..
+                "(no sign, exponent, leading zero or trailing dot) of at most 100000"
+        end
+        if #frac > MAX_DECIMALS then return nil, "units has more than 3 decimals" end
+        local milli = w * 1000 + (tonumber(frac .. string.rep("0", MAX_DECIMALS - #frac)))
+        if milli == 0 then return nil, UNITS_RULE end
+        if milli > MAX_UNITS_MILLI then return nil, "units must be at most 100000" end
+        a.kind, a.count, a.units_milli, a.units_text = "units", 0, milli, whole .. dot .. frac
+    else
+        local name
+        name, rest = string.match(s, "^([a-z0-9][a-z0-9._%-]*)(.*)$")
+        if name == nil then return nil, ACCEL_FORMS end
+        if #name > MAX_NAME_LEN then return nil, "the name is longer than 64 characters" end
+        if name == "any" then a.kind = "any" else a.name = name end
+        if string.byte(rest) == 58 then  -- ":"
+            local digits
+            digits, rest = string.match(rest, "^:([0-9]*)(.*)$")
+            local n = uint(digits, MAX_COUNT)
+            if n == nil or n < 1 then return nil, COUNT_RULE end
+            a.count = n
+        end
+    end
+    if rest ~= "" then
+        if string.byte(rest) ~= 44 then return nil, ACCEL_FORMS end  -- not ","
+        local digits, unit, b = string.match(rest, "^,mem>=([0-9]*)([kmgt]?)(b?)$")
+        if digits == nil or (b ~= "" and unit == "") then return nil, MEM_RULE end
+        local n = uint(digits, MAX_SIZE)
+        if n == nil or n < 1 then  -- digits without a leading zero: above the limit
+            return nil, (n == nil and string.find(digits, "^[1-9]")) and
+                "the memory floor is too large" or MEM_RULE
+        end
+        local mib = unit == "k" and math.ceil(n / 1024) or n * MEM_MIB[unit]
+        if mib > MAX_MEM_MIB then return nil, "the memory floor is too large" end
+        a.mem_mib = mib
+    end
+    return a
+end
+
+-- --arch: any, x86_64, aarch64 or the aliases arm64, armv8, in any case: { arch }.
+local function arch_syntax(value)
+    if not printable(value) then return nil, NOT_PRINTABLE end
+    local arch = ARCHES[string.lower(value)]
+    if arch == nil then return nil, "use any, x86_64 or aarch64 (aliases arm64, ARMv8)" end
+    return { arch = arch }
+end
+
+-- --energy and --tier: a name (a letter, then letters, digits, '_' or '-'; at most 32),
+-- in any case; on the `allowed` list (lower-case name -> anything) unless that is nil,
+-- as the plugin does without plugstack lists: { name } lower-cased.
+local function name_syntax(value, allowed)
+    if not printable(value) then return nil, NOT_PRINTABLE end
+    local s = string.lower(value)
+    if #s > MAX_POLICY_LEN or not string.find(s, "^[a-z][a-z0-9_%-]*$") then return nil, NAME_RULE end
+    if allowed ~= nil and allowed[s] == nil then return nil, "not offered on this cluster" end
+    return { name = s }
+end
+
+-- --image: NAME[:TAG], NAME '/'-separated components [A-Za-z0-9][A-Za-z0-9._-]*, TAG
+-- [A-Za-z0-9_][A-Za-z0-9._-]* of at most 128: { name, tag ("" when not given) }.
+local function image_syntax(value)
+    if not printable(value) then return nil, NOT_PRINTABLE end
+    local name, tag = value, ""
+    local colon = string.find(value, ":", 1, true)
+    if colon then
+        name, tag = string.sub(value, 1, colon - 1), string.sub(value, colon + 1)
+        if #tag > MAX_TAG_LEN or not string.find(tag, "^[A-Za-z0-9_][A-Za-z0-9._%-]*$") then
+            return nil, IMAGE_FORMS
+        end
+    end
+    local pos = 1
+    while true do
+        local stop = string.match(name, "^[A-Za-z0-9][A-Za-z0-9._%-]*()", pos)
+        if stop == nil then return nil, IMAGE_FORMS end
+        if stop > #name then break end
+        if string.byte(name, stop) ~= 47 then return nil, IMAGE_FORMS end  -- not "/"
+        pos = stop + 1
+    end
+    return { name = name, tag = tag }
+end
+
+local function sorted_keys(t)
+    local out = {}
+    for k in pairs(t) do out[#out + 1] = k end
+    table.sort(out)
+    return table.concat(out, ", ")
+end
+local KNOWN_ACCEL = sorted_keys(MODELS) .. ", " .. sorted_keys(MODEL_GROUPS)
+
+-- A user's value, made safe to echo: printable ASCII only, at most 64 characters.
+local function shown(value)
+    local s = string.gsub(string.sub(value, 1, 64), "[^ -~]", "?")
+    if #value > 64 then s = s .. "..." end
+    return s
+end
+
+local function reject(option, value, why)
+    return nil, "hetero: --" .. option .. "=" .. shown(value) .. ": " .. why
+end
+
+-- ---- option meaning: the site's models, groups and aliases ---------------------------
+
+-- Accepted --accel values, parsed: users repeat a few values and slurmctld runs the bridge
+-- under its locks, so each is parsed once (the result is only read). Emptied when full.
+local ACCEL_MEMO_MAX = 512
+local accel_memo, accel_memo_n = {}, 0
+
+local function parse_accel(value)
+    local req = accel_memo[value]
+    if req then return req end
+    local a, why = accel_syntax(value)
+    if a == nil then return reject("accel", value, why) end
+    req = { mem = a.mem_mib > 0 and a.mem_mib or nil }
+    if a.kind == "units" then
+        req.units = a.units_milli / 1000
+        req.set = MODEL_GROUPS["any"] or {}
+        req.text = "units=" .. a.units_text
+    else
+        local name = a.kind == "any" and "any" or a.name
+        req.n = a.count
+        local mid = MODEL_ALIASES[name] or name
+        if MODELS[mid] then
+            req.set = { [mid] = true }
+        elseif MODEL_GROUPS[name] then
+            req.set = MODEL_GROUPS[name]
+        else
+            return reject("accel", value, "unknown model, vendor or stack '" .. shown(name) ..
+                "'; this site has: " .. KNOWN_ACCEL)
+        end
+        req.text = name .. ":" .. req.n
+    end
+    if req.mem then req.text = req.text .. ",mem>=" .. math.floor(req.mem / 1024) .. "G" end
+    if accel_memo_n >= ACCEL_MEMO_MAX then accel_memo, accel_memo_n = {}, 0 end
+    accel_memo[value], accel_memo_n = req, accel_memo_n + 1
+    return req
+end
+
+local function read_options(job_desc)
+    local opts, seen = {}, false
+    local env = job_desc.environment
+    local senv = job_desc.spank_job_env
+    for _, name in ipairs(OPTION_NAMES) do
+        local key = OPTION_PREFIX .. name
+        local v = env and env[key]
+        if v == nil and senv then  -- srun/salloc carry options in the SPANK job env
+            for _, kv in pairs(senv) do  -- slurmctld fills it from index 0: not ipairs
+                if string.sub(kv, 1, #key + 1) == key .. "=" then v = string.sub(kv, #key + 2) end
+            end
+        end
+        if v ~= nil then
+            opts[name], seen = v, true
+        end
+    end
+    return seen and opts or nil
+end
+
+-- ---- capacity snapshot ---------------------------------------------------------------
+-- Written by `slurm-hetero bridge snapshot` (slurm_hetero/bridge/snapshot.py), atomically:
+--   -- hetero-snapshot GENERATION
+--   return { generated_at = EPOCH_S, pools = { ["model@arch"] = { total = N, free = N,
+--            free_max_node = N, pending = N }, ... } }
+-- Re-read at most every SNAPSHOT_CHECK_S s and loaded only when GENERATION changed: as
+-- data (no functions in its environment, a bounded number of instructions), then checked
+-- field by field. A pool with a bad field is left out (one log line per load), so the
+-- bridge ranks it as if the snapshot did not list it; a snapshot without a usable time is
+-- unreadable. Fresh: at most SNAPSHOT_STALE_S old and not dated more than CLOCK_SKEW_S
+-- ahead of slurmctld's clock (a writer whose clock runs ahead must not look fresh forever).
+
+local CLOCK_SKEW_S = 5
+local MAX_DEVICES = 2147483647
+local SNAPSHOT_INSTRUCTIONS = 1000000
+local POOL_FIELDS = { "total", "free", "free_max_node", "pending" }
+
+local function device_count(v)
+    return type(v) == "number" and v >= 0 and v <= MAX_DEVICES and math.floor(v) == v
+end
+
+-- The snapshot's data checked: { generated_at, pools = { key = clean copy } } and the list
+-- of the pools left out ("key (why)"), or nil and why.
+local function check_snapshot(data)
+    if type(data) ~= "table" or type(data.pools) ~= "table" then
+        return nil, "not a table with pools"
+    end
+    local at = data.generated_at
+    if type(at) ~= "number" or at ~= at or at == math.huge or at == -math.huge then
+        return nil, "generated_at is not a time"
+    end
+    local pools, bad = {}, {}
+    for key, p in pairs(data.pools) do
+        local why = nil
+        if type(key) ~= "string" then
+            why = "its key is not a string"
+        elseif type(p) ~= "table" then
+            why = "not a table"
+        else
+            for _, f in ipairs(POOL_FIELDS) do
+                local v = p[f]
+                if why == nil and not device_count(v) then
+                    why = f .. " is " .. (type(v) == "number" and "not a device count" or type(v))
+                end
+            end
+            if why == nil and (p.free > p.total or p.free_max_node > p.free) then
+                why = "more devices free than there are"
+            end
+        end
+        if why then
+            bad[#bad + 1] = shown(tostring(key)) .. " (" .. why .. ")"
+        else
+            pools[key] = { total = p.total, free = p.free, free_max_node = p.free_max_node,
+                           pending = p.pending }
+        end
+    end
+    table.sort(bad)
+    return { generated_at = at, pools = pools }, bad
+end
+
+-- The text after the generation line, run as data and checked: like check_snapshot.
+local function load_snapshot(text)
+    local chunk, err = loadstring(text, "=snapshot")
+    if chunk == nil then return nil, tostring(err) end
+    setfenv(chunk, {})  -- data only: the chunk sees no functions at all
+    local ok, data
+    local hook = debug and debug.sethook
+    if hook then  -- and cannot loop for ever inside slurmctld
+        local h, mask, count = debug.gethook()
+        hook(function() error("runs too long", 0) end, "", SNAPSHOT_INSTRUCTIONS)
+        ok, data = pcall(chunk)
+        if h then hook(h, mask, count) else hook() end
+    else
+        ok, data = pcall(chunk)
+    end
+    if not ok then return nil, tostring(data) end
+    return check_snapshot(data)
+end
+
+local snap = { checked = -1, gen = nil, data = nil, problem = nil, state = nil }
+
+local function note_snapshot(state, detail)
+    if snap.state ~= state then  -- one log line per change, not per job
+        snap.state = state
+        slurm.log_info("slurm-hetero: capacity snapshot %s%s", state, detail or "")
+    end
+end
+
+local function read_snapshot()
+    local f = SNAPSHOT_PATH and io.open(SNAPSHOT_PATH, "r")
+    if not f then
+        snap.data, snap.gen, snap.problem = nil, nil, nil
+        return
+    end
+    local gen = string.match(f:read("*l") or "", "^%-%- hetero%-snapshot (%d+)")
+    if gen == nil then
+        snap.data, snap.gen, snap.problem = nil, nil, "no generation line"
+    elseif gen ~= snap.gen then  -- a new generation: loaded and checked once
+        local data, bad = load_snapshot(f:read("*a") or "")
+        snap.data, snap.gen = data, gen
+        if data == nil then
+            snap.problem = bad
+        else
+            snap.problem = nil
+            if #bad > 0 then
+                slurm.log_error("slurm-hetero: capacity snapshot %s: %d pool(s) left out: %s%s",
+                    SNAPSHOT_PATH, #bad, table.concat(bad, ", ", 1, math.min(#bad, 5)),
+                    #bad > 5 and ", ..." or "")
+            end
+        end
+    end
+    f:close()
+end
+
+-- The snapshot's data when it is fresh (else nil) and its age in seconds (nil: none).
+local function snapshot(now)
+    if now - snap.checked >= SNAPSHOT_CHECK_S then
+        snap.checked = now
+        read_snapshot()
+    end
+    local data = snap.data
+    if data == nil then
+        if snap.problem then
+            note_snapshot("unreadable", " (" .. tostring(SNAPSHOT_PATH) .. ": " .. shown(snap.problem) ..
+                "): static order applies")
+        else
+            note_snapshot("missing", ": static order applies")
+        end
+        return nil, nil
+    end
+    local age = now - data.generated_at
+    if age > SNAPSHOT_STALE_S then
+        note_snapshot("stale", ": static order applies")
+        return nil, age
+    end
+    if age < -CLOCK_SKEW_S then
+        note_snapshot("from the future", string.format(" (%d s ahead of this clock): static order applies",
+            math.floor(-age)))
+        return nil, age
+    end
+    note_snapshot("fresh")
+    return data, age
+end
+
+-- ---- choosing a pool -----------------------------------------------------------------
+
+local function in_list(list, item)
+    for x in string.gmatch(list, "[^,]+") do
+        if x == item then return true end
+    end
+    return false
+end
+
+local function candidates(req, arch, partition)
+    local out = {}
+    for i, p in ipairs(POOLS) do
+        local m = MODELS[p.model]
+        if req.set[p.model] and (arch == "any" or arch == p.arch)
+            and (req.mem == nil or m.mem_mib >= req.mem) then
+            local ok_part = partition == nil
+            if not ok_part then
+                for part in string.gmatch(partition, "[^,]+") do
+                    if in_list(p.partitions, part) then ok_part = true end
+                end
+            end
+            local n = req.n or math.max(1, math.ceil(req.units / m.units - 1e-9))
+            if ok_part and n <= p.per_node then
+                out[#out + 1] = { pool = p, n = n, cost = n * m.units, order = i }
+            end
+        end
+    end
+    return out
+end
+
+-- With a fresh snapshot: pools where the job can start now come first, cheapest (fewest
+-- normalized units) first; then the others by shortest backlog (pending + requested - free
+-- devices, per device of the pool). Without one: the static order (smallest model first).
+local function choose(cands, data)
+    for _, c in ipairs(cands) do
+        local s = data and data.pools[c.pool.key]
+        if s then
+            c.now = (s.free_max_node >= c.n and s.pending == 0)
+            c.backlog = (s.pending + c.n - s.free) / math.max(s.total, 1)
+        else
+            c.now, c.backlog = false, math.huge
+        end
+    end
+    table.sort(cands, function(a, b)
+        if data then
+            if a.now ~= b.now then return a.now end
+            if not a.now and a.backlog ~= b.backlog then return a.backlog < b.backlog end
+            if a.cost ~= b.cost then return a.cost < b.cost end
+        end
+        return a.order < b.order  -- POOLS is in the static order
+    end)
+    local best = cands[1]
+    if data == nil then return best, "static" end
+    return best, best.now and "starts-now" or "least-backlog"
+end
+
+local function json_string(s)
+    return '"' .. string.gsub(s, '[%c"\\]', function(c) return string.format("\\u%04x", string.byte(c)) end) .. '"'
+end
+
+-- ---- containers (issue 6): --image=NAME[:TAG] → the job's OCI bundle ------------------
+-- Slurm gets a stub bundle per image; the wrapper in oci.conf runs the variant for the
+-- node's arch and stack. Here: the image exists and has a variant for the arch and stack
+-- the job asks for; when only one arch fits, the job is narrowed to it. Mount requests
+-- outside the admin's allowlist are refused here already (the node checks again).
+local IMAGE_BY_PATH = {}
+for ref, img in pairs(IMAGES) do IMAGE_BY_PATH[img.path] = ref end
+
+-- The accelerator stack a GRES request implies (nil: none, or not known here).
+local function request_stack(tres)
+    if tres == nil then return nil end
+    for item in string.gmatch(tres, "[^,]+") do
+        local name, typ = string.match(item, "^gres[:/]([%w_%-]+):([^:]+):%d+$")
+        local stack = name and GRES_STACKS[name .. ":" .. typ]
+        if stack == nil then
+            name = string.match(item, "^gres[:/]([%w_%-]+)")
+            stack = name and GRES_STACKS[name]
+        end
+        if stack then return stack end
+    end
+    return nil
+end
+
+local function mount_allowed(src, rw)
+    if string.sub(src, 1, 1) ~= "/" or string.find(src .. "/", "/%.%./") then return false end
+    for _, m in ipairs(MOUNT_ALLOW) do
+        if m.source == "/" or src == m.source or string.sub(src, 1, #m.source + 1) == m.source .. "/" then
+            return (not rw) or m.mode == "rw"
+        end
+    end
+    return false
+end
+
+local function mounts_problem(value)
+    for item in string.gmatch(value, "[^,]+") do
+        if not mount_allowed(string.match(item, "^([^:]*)"), string.sub(item, -3) == ":rw") then
+            local allowed = {}
+            for _, m in ipairs(MOUNT_ALLOW) do allowed[#allowed + 1] = m.source .. " (" .. m.mode .. ")" end
+            return "hetero: " .. MOUNTS_VAR .. "=" .. shown(value) .. ": " .. shown(item) ..
+                " is outside the site's mount allowlist (allowed: " ..
+                (#allowed > 0 and table.concat(allowed, ", ") or "none") .. ")"
+        end
+    end
+    return nil
+end
+
+-- { ref, path, arch } for a job with --image or --container, or nil and the rejection.
+local function container_for(job_desc, image, arch, tres)
+    local option, given, ref = "container", job_desc.container, nil
+    local bypath = job_desc.container and IMAGE_BY_PATH[(string.gsub(job_desc.container, "/+$", ""))]
+    if image then
+        option, given = "image", image
+        local _, why = image_syntax(image)
+        if why then
+            return reject("image", image, why .. (next(IMAGES) and ("; this site has: " ..
+                sorted_keys(IMAGES)) or ""))
+        end
+        ref = string.find(image, ":", 1, true) and image or (IMAGE_TAGS[image] and image .. ":" .. IMAGE_TAGS[image])
+        if ref == nil or IMAGES[ref] == nil then
+            return reject("image", image, next(IMAGES) and ("unknown image; this site has: " ..
+                sorted_keys(IMAGES)) or "this site has no image catalog")
+        end
+        if job_desc.container ~= nil and bypath ~= ref then
+            return reject("image", image, "conflicts with --container; give one of them")
+        end
+        if job_desc.script == nil and job_desc.container == nil then
+            -- srun/salloc: Slurm takes a step's container from the step, not from the job.
+            return reject("image", image, "srun and salloc start containers per step: use " ..
+                "--container=" .. IMAGES[ref].path .. " (or sbatch --image)")
+        end
+    else
+        ref = bypath
+        if ref == nil then
+            return reject("container", given, "not an image of this site; use --image=NAME:TAG " ..
+                "(this site has: " .. sorted_keys(IMAGES) .. ")")
+        end
+    end
+    local stack = request_stack(tres)
+    local arches, n = {}, 0
+    for _, v in ipairs(IMAGES[ref].variants) do
+        local va, vs = string.match(v, "^([^/]+)/(.+)$")
+        if (arch == "any" or va == arch) and (stack == nil or vs == stack) and not arches[va] then
+            arches[va], n = true, n + 1
+        end
+    end
+    if n == 0 then
+        local need = (arch == "any" and stack) or (stack and arch .. "/" .. stack) or arch
+        return reject(option, given, "image " .. ref .. " has no " .. need .. " variant; it has: " ..
+            table.concat(IMAGES[ref].variants, ", "))
+    end
+    if arch == "any" and n == 1 then arch = next(arches) end
+    local mounts = job_desc.environment and job_desc.environment[MOUNTS_VAR]
+    local problem = mounts and mounts_problem(mounts)
+    if problem then return nil, problem end
+    return { ref = ref, path = IMAGES[ref].path, arch = arch }
+end
+
+-- A job without hetero options but with --container: only images of the catalog run.
+local function plain_container(job_desc)
+    if job_desc.container == nil or next(IMAGES) == nil then return {} end
+    local c, err = container_for(job_desc, nil, "any", job_desc.tres_per_node)
+    if c == nil then return nil, err end
+    local set = { container = c.path }
+    if c.arch ~= "any" then
+        set.features = job_desc.features and ("(" .. job_desc.features .. ")&" .. c.arch) or c.arch
+    end
+    return set
+end
+-- ---- end of containers ----------------------------------------------------------------
+
+-- ---- the decision: computed fully, then applied (nothing half-done on error) ---------
+
+local function decide(job_desc, opts, now)
+    for _, name in ipairs(OPTION_NAMES) do
+        local v = opts[name]
+        if v ~= nil and not printable(v) then return reject(name, v, NOT_PRINTABLE) end
+    end
+    local set, record = {}, {}
+    local arch = "any"
+    if opts.arch then
+        local a, why = arch_syntax(opts.arch)
+        if a == nil then return reject("arch", opts.arch, why) end
+        arch = a.arch
+        record[#record + 1] = '"arch":' .. json_string(arch)
+    end
+    if opts.tier then
+        local t = name_syntax(opts.tier, TIERS)
+        if t == nil then return reject("tier", opts.tier, "use one of " .. sorted_keys(TIERS)) end
+        local tier = t.name
+        if job_desc.qos ~= nil and job_desc.qos ~= tier then
+            return reject("tier", opts.tier, "conflicts with --qos=" .. shown(job_desc.qos) ..
+                "; give one of them")
+        end
+        set.qos = tier
+        record[#record + 1] = '"tier":' .. json_string(tier)
+    end
+    local energy
+    if opts.energy then
+        local e = name_syntax(opts.energy, ENERGY)
+        if e == nil then return reject("energy", opts.energy, "use one of " .. sorted_keys(ENERGY)) end
+        energy = e.name
+        set.cpu_freq_gov = ENERGY[energy].cpu_freq_gov
+        record[#record + 1] = '"energy":' .. json_string(energy)
+        if energy == "auto" then record[#record + 1] = '"energy_rule":"no history: balanced"' end
+    end
+    local gpu_job = job_desc.tres_per_node ~= nil and string.find(job_desc.tres_per_node, "gpu", 1, true)
+    if opts.accel then
+        if job_desc.tres_per_node ~= nil then
+            return reject("accel", opts.accel, "conflicts with --gres/--gpus; give one of them")
+        end
+        local req, err = parse_accel(opts.accel)
+        if req == nil then return nil, err end
+        local cands = candidates(req, arch, job_desc.partition)
+        if #cands == 0 then
+            return reject("accel", opts.accel, "no pool of this site satisfies it" ..
+                (arch ~= "any" and (" on " .. arch) or "") ..
+                (job_desc.partition and (" in partition " .. shown(job_desc.partition)) or ""))
+        end
+        local data, age = snapshot(now)
+        local best, why = choose(cands, data)
+        local m = MODELS[best.pool.model]
+        set.tres_per_node = GRES_PREFIX .. m.gres .. ":" .. m.type .. ":" .. best.n
+        arch = best.pool.arch
+        if job_desc.partition == nil then set.partition = best.pool.partitions end
+        gpu_job = m.gres == "gpu"
+        record[#record + 1] = '"accel":' .. json_string(req.text)
+        record[#record + 1] = '"pool":' .. json_string(best.pool.key)
+        record[#record + 1] = '"model":' .. json_string(best.pool.model) .. ',"n":' .. best.n
+        record[#record + 1] = '"units":' .. string.format("%.2f", best.cost)
+        record[#record + 1] = '"why":' .. json_string(why) .. ',"candidates":' .. #cands
+        if age then record[#record + 1] = '"snapshot_age":' .. math.floor(age) end
+    end
+    if energy and gpu_job and ENERGY[energy].gpu_freq then
+        set.tres_freq = "gpu:" .. ENERGY[energy].gpu_freq
+    end
+    if opts.image or (job_desc.container and next(IMAGES)) then  -- containers (issue 6)
+        local c, cerr = container_for(job_desc, opts.image, arch, set.tres_per_node or job_desc.tres_per_node)
+        if c == nil then return nil, cerr end
+        set.container, arch = c.path, c.arch
+        record[#record + 1] = '"image":' .. json_string(c.ref)
+    end
+    if arch ~= "any" then
+        set.features = job_desc.features and ("(" .. job_desc.features .. ")&" .. arch) or arch
+    end
+    set.admin_comment = '{"hetero":1,' .. table.concat(record, ",") .. "}"
+    return set
+end
+
+-- ---- runtime prediction (compiled-in model) and backfill mode -----------------------------
+-- With a model, every job's prediction (central and upper quantile, seconds) goes into the
+-- admin comment. In partitions in backfill mode, while the bridge daemon's heartbeat (the
+-- snapshot) is fresh, the job's limit becomes the upper quantile so backfill can plan with
+-- it; the user's own limit is kept in the comment and the daemon extends the limit before
+-- it runs out, finally to the user's limit: no job is killed earlier than its user asked.
+local NO_VAL = 4294967294
+local MODEL = nil
+if MODEL_LUA ~= nil then
+    local chunk, err = loadstring(MODEL_LUA, "predict")
+    if chunk then
+        setfenv(chunk, { math = math, string = string, tonumber = tonumber, tostring = tostring,
+                         ipairs = ipairs, unpack = unpack })
+        local ok, m = pcall(chunk)
+        if ok and type(m) == "table" and type(m.predict) == "function" then MODEL = m else err = m end
+    end
+    if MODEL == nil then slurm.log_error("slurm-hetero: runtime model not loaded: %s", tostring(err)) end
+end
+
+local function first_partition(list)
+    return list and string.match(list, "^[^,]+")
+end
+
+local function add_prediction(job_desc, set, now)
+    local partition = first_partition(set.partition or job_desc.partition) or DEFAULT_PARTITION
+    local user_min = set.time_limit or job_desc.time_limit
+    if user_min == nil or user_min >= NO_VAL or user_min == 0 then user_min = PARTITION_LIMITS[partition] end
+    -- The job as it will be: our changes over the user's request, the limit it will get.
+    local view = setmetatable({}, { __index = function(_, k)
+        if k == "time_limit" then return user_min or NO_VAL end
+        if set[k] ~= nil then return set[k] end
+        return job_desc[k]
+    end })
+    local p50, p90 = MODEL.predict_desc(view, now, partition)
+    local pred = string.format('"pred":{"p50":%d,"p90":%d}', math.ceil(p50), math.ceil(p90))
+    -- The heartbeat matters only where limits may be shortened: no snapshot look-up otherwise.
+    if PREDICTED_LIMITS[partition] and user_min and snapshot(now) then
+        local short = math.max(1, math.ceil(p90 / 60))
+        if short < user_min then
+            set.time_limit = short
+            pred = pred .. ',"shortened":true,"user_limit_min":' .. user_min
+        end
+    end
+    local comment = set.admin_comment or '{"hetero":1}'
+    set.admin_comment = string.sub(comment, 1, -2) .. "," .. pred .. "}"
+end
+
+local function route_plain(job_desc)
+    if job_desc.partition ~= nil or job_desc.tres_per_node == nil then return end
+    for item in string.gmatch(job_desc.tres_per_node, "[^,]+") do
+        local name = string.match(item, "^gres[:/]([%w_-]+)")
+        if name ~= nil and GRES_PARTITIONS[name] ~= nil then
+            job_desc.partition = GRES_PARTITIONS[name]
+            return
+        end
+    end
+end
+
+function slurm_job_submit(job_desc, part_list, submit_uid)
+    local ok, set, err = pcall(function()
+        local opts = read_options(job_desc)
+        -- A plain --gres request is routed with hetero options too (e.g. --image with --gres=npu:1).
+        route_plain(job_desc)
+        local now = os.time()
+        local set, err
+        if opts == nil then
+            set, err = plain_container(job_desc)  -- containers (issue 6)
+        else
+            set, err = decide(job_desc, opts, now)
+        end
+        if set ~= nil and MODEL ~= nil then
+            local pok, perr = pcall(add_prediction, job_desc, set, now)
+            if not pok then  -- a failed prediction must not undo the rest of the decision
+                slurm.log_error("slurm-hetero: runtime prediction failed: %s", tostring(perr))
+            end
+        end
+        return set, err
+    end)
+    if not ok then
+        slurm.log_error("slurm-hetero: internal error, job passed unchanged: %s", tostring(set))
+        return slurm.SUCCESS
+    end
+    if set == nil then
+        slurm.log_user("%s", err)
+        return slurm.ERROR
+    end
+    for field, value in pairs(set) do
+        job_desc[field] = value
+    end
+    return slurm.SUCCESS
+end
+
+function slurm_job_modify(job_desc, job_rec, part_list, modify_uid)
+    return slurm.SUCCESS
+end
+
+-- For tests (tests/lua): the grammar, as the SPANK plugin's, and the snapshot checks.
+return {
+    accel = accel_syntax, arch = arch_syntax, energy = name_syntax, tier = name_syntax,
+    image = image_syntax, check_snapshot = check_snapshot, load_snapshot = load_snapshot,
+}
