@@ -16,9 +16,9 @@ from pathlib import Path
 
 from slurm_hetero.bridge.luarun import OPTION_PREFIX, JobSubmit
 from slurm_hetero.bridge.snapshot import PoolCapacity, to_lua
-from slurm_hetero.bridge.tables import pools
 from slurm_hetero.conf import Profile, render_site
 from slurm_hetero.site import Site, load_site
+from slurm_hetero.site.pools import pools
 
 DEMO = Path(__file__).resolve().parents[1] / "site" / "demo" / "site.yaml"
 MIX = [

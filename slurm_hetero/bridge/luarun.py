@@ -16,7 +16,7 @@ from typing import Any
 
 import lupa.lua51 as lua51
 
-from slurm_hetero.bridge.tables import bridge_source
+from slurm_hetero.conf.bridge import bridge_source
 
 OPTION_PREFIX = "_SLURM_SPANK_OPTION_hetero_"
 

@@ -13,9 +13,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from slurm_hetero.bridge.tables import pools
 from slurm_hetero.fileio import write_atomic
 from slurm_hetero.site.model import Site
+from slurm_hetero.site.pools import pools
 from slurm_hetero.slurm.parse import parse_gres
 from slurm_hetero.slurm.runner import Runner
 from slurm_hetero.slurm.squeue import SQUEUE_JSON_ARGV, QueuedJob, parse_squeue_json

@@ -10,23 +10,25 @@ from __future__ import annotations
 import json
 import math
 import os
-import shlex
 import shutil
 import tempfile
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 
-import jinja2
 from ClusterShell.NodeSet import NodeSet
 
-from slurm_hetero.bridge.tables import bridge_context
-from slurm_hetero.containers.confgen import container_context
+from slurm_hetero.conf.bridge import bridge_context
+from slurm_hetero.conf.containers import container_context
+from slurm_hetero.conf.devices import device_files, device_paths
+from slurm_hetero.conf.profile import Profile
 from slurm_hetero.errors import InputError
 from slurm_hetero.site.model import NodeGroup, Site
 from slurm_hetero.slurm.parse import parse_duration_s
+from slurm_hetero.templating import environment, lua_long_string
 
-TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
+__all__ = ["OUTPUTS", "Profile", "agent_config", "device_paths", "devices_spec", "is_sampled",
+           "render_site", "render_template", "write_files"]
 OUTPUTS: tuple[str, ...] = ("slurm.conf", "gres.conf", "cgroup.conf", "plugstack.conf",
                             "job_submit.lua", "qos.sacctmgr")
 # containers (issue 6): Slurm's OCI config, what the node-side wrapper reads, the TaskProlog.
@@ -39,87 +41,6 @@ STACK_DEVICES = {"cuda": "nvml", "rocm": "amdsmi", "cann": "npu-smi"}
 # npu-smi reports power and use only "now": `node sample` keeps the counters (energy/sampler.py)
 # there, and wherever the site asks (node_agent.sample_stacks, e.g. cuda for whole-job use).
 COUNTERLESS_STACKS = frozenset({"cann"})
-
-
-@dataclass(frozen=True)
-class Profile:
-    """Deployment-specific settings. Defaults are a conventional production layout."""
-
-    conf_dir: str = "/etc/slurm"
-    ctld_host: str = "slurmctld"
-    ctld_addr: str | None = None
-    ctld_port: int = 6817
-    slurmd_port: int = 6818
-    dbd_host: str = "slurmdbd"
-    dbd_port: int = 6819
-    state_dir: str = "/var/spool/slurmctld"
-    spool_dir: str = "/var/spool/slurmd"
-    log_dir: str = "/var/log/slurm"
-    run_dir: str = "/run/slurm"
-    dev_dir: str = "/dev"
-    slurm_user: str = "slurm"
-    auth_info: str | None = None  # e.g. "socket=/path/munge.socket"
-    proctrack: str = "proctrack/cgroup"
-    task_plugins: str = "task/cgroup,task/affinity"
-    config_overrides: bool = False
-    mail_prog: str | None = None  # None: Slurm's default (/bin/mail)
-    spank_plugin: str | None = "/usr/local/lib/slurm-hetero/hetero.so"
-    # Per-node NodeAddr/Port (the dev cluster runs every slurmd on loopback).
-    node_ports: dict[str, int] = field(default_factory=dict)
-    node_addr: str = "127.0.0.1"
-    # job_desc.tres_per_node reads "gres:gpu:1" before Slurm 23.02 and "gres/gpu:1" after.
-    slurm_version: tuple[int, int] = (22, 5)
-    snapshot_check_s: int = 2
-    # The node agent (energy policies, metering) as Slurm Prolog/Epilog; None: not wired.
-    prolog: str | None = "/usr/local/bin/slurm-hetero-prolog"
-    epilog: str | None = "/usr/local/bin/slurm-hetero-epilog"
-    agent_cli: str = "/usr/local/bin/slurm-hetero"  # `node sample` runs from it
-    restore: str = "/usr/local/bin/slurm-hetero-restore"  # run by the HealthCheckProgram
-    health_check_interval: int | None = None  # None: the site's node_agent.restore_interval
-    agent_state_dir: str = "/var/lib/slurm-hetero/agent"
-    # Device backend per node; None: by the node's stack (cuda: nvml, cann: npu-smi).
-    # "{node}" is replaced by the node's name (the dev cluster's fake keeps a file per node).
-    agent_devices: str | None = None
-    # An exported runtime model (`slurm-hetero model export`), compiled into job_submit.lua.
-    model_lua: str | None = None
-    snapshot_stale_s: int = 30
-    # containers (issue 6): the node-side wrapper and TaskProlog run as `python -I -S` from
-    # hetero_lib, the folder holding the slurm_hetero package (stdlib-only modules).
-    python: str = "/usr/bin/python3"
-    hetero_lib: str = "/usr/local/lib/slurm-hetero/lib"
-    runc: str = "/usr/sbin/runc"
-    runc_root: str = "/run/user/%U/slurm-hetero-runc"  # runc's state, per user (%U: uid)
-    images_root: str | None = None  # None: the site's containers.images_root
-
-    @property
-    def snapshot_path(self) -> str:
-        return f"{self.state_dir}/hetero-snapshot.lua"
-
-
-def _device_files(g: NodeGroup, node: str | None, profile: Profile) -> list[dict[str, str | int]]:
-    """gres.conf lines of one group (or one node of it, for per-node dev files)."""
-    lines: list[dict[str, str | int]] = []
-    base = f"{profile.dev_dir}/{node}" if node else profile.dev_dir
-    offsets: dict[str, int] = {}
-    for a in g.accelerators:
-        m = a.model
-        first = offsets.get(m.gres_name, 0)
-        offsets[m.gres_name] = first + a.count
-        span = f"{first}" if a.count == 1 else f"[{first}-{first + a.count - 1}]"
-        prefix = {"cuda": "nvidia", "cann": "davinci", "rocm": "dri/renderD"}[m.stack]
-        if m.stack == "rocm":
-            first += 128
-            span = f"{first}" if a.count == 1 else f"[{first}-{first + a.count - 1}]"
-        lines.append({"name": m.gres_name, "type": m.gres_type, "file": f"{base}/{prefix}{span}"})
-        if a.shards_per_device:
-            lines.append({"name": "shard", "count": a.count * a.shards_per_device})
-    return lines
-
-
-def device_paths(g: NodeGroup, node: str, profile: Profile) -> list[str]:
-    """The device files gres.conf names for one node (the dev cluster creates them)."""
-    return [p for line in _device_files(g, node, profile) if "file" in line
-            for p in NodeSet(str(line["file"]))]
 
 
 def _context(site: Site, profile: Profile) -> dict[str, object]:
@@ -140,9 +61,9 @@ def _context(site: Site, profile: Profile) -> dict[str, object]:
             continue
         if profile.node_ports:  # dev cluster: every node has its own device folder
             for node in g.nodes:
-                gres_lines += [{"nodes": node, **ln} for ln in _device_files(g, node, profile)]
+                gres_lines += [{"nodes": node, **ln} for ln in device_files(g, node, profile)]
         else:
-            gres_lines += [{"nodes": g.names, **ln} for ln in _device_files(g, None, profile)]
+            gres_lines += [{"nodes": g.names, **ln} for ln in device_files(g, None, profile)]
     gres_partitions: dict[str, list[str]] = {}
     for p in site.partitions:
         for g in site.groups_in(p.name):
@@ -178,40 +99,6 @@ def _context(site: Site, profile: Profile) -> dict[str, object]:
     }
 
 
-def lua_long_string(text: str) -> str:
-    """text as a Lua long-bracket literal whose closing bracket cannot occur inside it."""
-    level = 0
-    while f"]{'=' * level}]" in text:
-        level += 1
-    eq = "=" * level
-    return f"[{eq}[\n{text}]{eq}]"
-
-
-_LUA_ESCAPES = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\r": "\\r", "\t": "\\t"}
-
-
-def lua_str(text: str) -> str:
-    r"""text as a Lua 5.1 string literal (double-quoted) of its UTF-8 bytes.
-
-    Printable ASCII stays as it is, except `\` and `"`; newline, CR and tab become `\n`,
-    `\r`, `\t`; every other byte a three-digit decimal escape, the only numeric escape
-    Lua 5.1 has (`\u00fc`, as JSON writes it, would read as `u00fc`). The jinja filter
-    `lua_str` of the rendered Lua files.
-
-    >>> print(lua_str('say "hi"\n'))
-    "say \"hi\"\n"
-    >>> print(lua_str("/données"), lua_str("a\\b"), lua_str("\x1b[0m"))
-    "/donn\195\169es" "a\\b" "\027[0m"
-    """
-    if not isinstance(text, str):
-        raise TypeError(f"lua_str takes a str, not {type(text).__name__}: {text!r}")
-    out = []
-    for b in text.encode("utf-8"):
-        c = chr(b)
-        out.append(_LUA_ESCAPES.get(c) or (c if 32 <= b < 127 else f"\\{b:03d}"))
-    return '"' + "".join(out) + '"'
-
-
 def slurm_minutes(text: str | None) -> int | None:
     """A Slurm time (`2-00:00:00`, `1:00:00`, `30`) in whole minutes, rounded up; None for
     UNLIMITED.
@@ -223,23 +110,10 @@ def slurm_minutes(text: str | None) -> int | None:
     return None if seconds is None else math.ceil(seconds / 60)
 
 
-def _env() -> jinja2.Environment:
-    env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(TEMPLATES)),
-        undefined=jinja2.StrictUndefined,
-        keep_trailing_newline=True,
-        trim_blocks=True,
-        lstrip_blocks=True,
-    )
-    env.filters["sh"] = shlex.quote  # a path in a rendered shell script, one word whatever it holds
-    env.filters["lua_str"] = lua_str  # a string in rendered Lua 5.1 (not tojson: no \u there)
-    return env
-
-
 def render_site(site: Site, profile: Profile | None = None) -> dict[str, str]:
     """Render every configuration file of the site: {filename: text}."""
     profile = profile or Profile()
-    env, ctx = _env(), _context(site, profile)
+    env, ctx = environment(), _context(site, profile)
     files = {name: env.get_template(name + ".j2").render(ctx) for name in OUTPUTS}
     files["hetero-agent.json"] = agent_config(site, profile)
     return files
@@ -275,7 +149,7 @@ def is_sampled(group: NodeGroup, override: str | None = None,
 
 def render_template(name: str, **ctx: object) -> str:
     """Render one extra template (e.g. slurmdbd.conf for the dev cluster)."""
-    return _env().get_template(name + ".j2").render(ctx)
+    return environment().get_template(name + ".j2").render(ctx)
 
 
 def write_files(files: dict[str, str], out_dir: str | Path, modes: dict[str, int] | None = None) -> None:

@@ -65,8 +65,8 @@ def container_images(site_path: Path) -> None:
 @reports_errors
 def container_resolve(image: str, node: str, gres: tuple[str, ...], site_path: Path) -> None:
     """Show the variant, devices and variables a job with IMAGE would get on NODE."""
+    from slurm_hetero.conf.containers import node_document
     from slurm_hetero.conf.render import Profile
-    from slurm_hetero.containers.confgen import node_document
     from slurm_hetero.containers.gres import parse_ranges
     from slurm_hetero.containers.nodeconf import NodeConfig
     from slurm_hetero.containers.ociconfig import DeviceNode, plan_devices

@@ -11,15 +11,9 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from slurm_hetero.conf.contract import FILENAME, FORMAT
 from slurm_hetero.errors import InputError, RuntimeFailure
 from slurm_hetero.site.images import BindMount, DriverInfo, Image, ImageVariant, split_ref
-
-FILENAME = "hetero-containers.json"
-FORMAT = 1
-# GRES names Slurm has a plugin for (it sets their variables); every other name gets ours.
-PLUGIN_GRES = ("gpu", "mps", "shard", "nic")
-# A shard is a slice of a GPU: the container needs the GPU's device file.
-GRES_ALIAS = {"shard": "gpu", "mps": "gpu"}
 
 
 @dataclass(frozen=True)

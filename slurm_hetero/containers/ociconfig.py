@@ -23,21 +23,14 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from slurm_hetero.containers.nodeconf import GRES_ALIAS, NodeFacts
+from slurm_hetero.conf.contract import CONTROL_DEVICES, GRES_ALIAS, MOUNTS_VAR, VISIBLE_VARS
+from slurm_hetero.containers.nodeconf import NodeFacts
 from slurm_hetero.errors import InputError, RuntimeFailure
 from slurm_hetero.site.images import BindMount
 
-CONTROL_DEVICES = {
-    "cuda": ("nvidiactl", "nvidia-uvm"),
-    "cann": ("davinci_manager", "devmm_svm", "hisi_hdc"),
-    "rocm": ("kfd",),
-}
-VISIBLE_VARS = {"cuda": "CUDA_VISIBLE_DEVICES", "rocm": "ROCR_VISIBLE_DEVICES",
-                "cann": "ASCEND_RT_VISIBLE_DEVICES"}
 # Host-numbered device variables: meaningless inside, replaced by the renumbered ones.
 HOST_DEVICE_VARS = ("CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES",
                     "GPU_DEVICE_ORDINAL", "ASCEND_RT_VISIBLE_DEVICES", "ASCEND_VISIBLE_DEVICES")
-MOUNTS_VAR = "SLURM_HETERO_MOUNTS"
 # Where slurmstepd puts the batch script and stdio (22.05+) and its spool mount (23.02+).
 SLURM_MOUNT_FILES = ("/tmp/slurm/startup", "/tmp/slurm/stdin", "/tmp/slurm/stdout",
                      "/tmp/slurm/stderr")

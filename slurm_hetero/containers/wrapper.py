@@ -18,10 +18,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from slurm_hetero.conf.contract import MOUNTS_VAR
 from slurm_hetero.containers.gres import job_allocation, parse_ranges
 from slurm_hetero.containers.nodeconf import NodeConfig, NodeFacts
 from slurm_hetero.containers.ociconfig import (
-    MOUNTS_VAR,
     DevicePlan,
     always_mounts,
     build_config,

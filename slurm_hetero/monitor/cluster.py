@@ -30,9 +30,9 @@ from typing import Any
 from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from slurm_hetero.bridge.tables import pools
 from slurm_hetero.errors import RuntimeFailure
 from slurm_hetero.site.model import Site
+from slurm_hetero.site.pools import pools
 from slurm_hetero.slurm import hostlist
 from slurm_hetero.slurm.comment import parse_comment
 from slurm_hetero.slurm.parse import (

@@ -11,10 +11,10 @@ import pytest
 
 from slurm_hetero.bridge.luarun import JobSubmit
 from slurm_hetero.bridge.snapshot import PoolCapacity, to_lua
-from slurm_hetero.bridge.tables import pools
 from slurm_hetero.conf import Profile, render_site
 from slurm_hetero.site import Site, load_site
 from slurm_hetero.site.policies import CPU_GOVERNORS
+from slurm_hetero.site.pools import pools
 
 DEMO = Path(__file__).resolve().parents[2] / "site" / "demo" / "site.yaml"
 

@@ -12,10 +12,10 @@ import lupa.lua51 as lua51
 import pytest
 
 from slurm_hetero.bridge.luarun import OPTION_PREFIX, JobSubmit
-from slurm_hetero.bridge.tables import BRIDGE_LUA, SITE_TABLES, bridge_source
 from slurm_hetero.conf import Profile, render_site
-from slurm_hetero.conf.render import lua_str
+from slurm_hetero.conf.bridge import BRIDGE_LUA, SITE_TABLES, bridge_source
 from slurm_hetero.site import load_site, load_site_text
+from slurm_hetero.templating import lua_str
 
 ROOT = Path(__file__).resolve().parents[2]
 DEMO = ROOT / "site" / "demo" / "site.yaml"

@@ -8,9 +8,9 @@ import pytest
 
 from slurm_hetero.bridge.luarun import JobSubmit
 from slurm_hetero.bridge.snapshot import PoolCapacity, to_lua
-from slurm_hetero.bridge.tables import pools
 from slurm_hetero.conf import Profile, render_site
 from slurm_hetero.site import Site, load_site
+from slurm_hetero.site.pools import pools
 from slurm_hetero.slurm.comment import parse_comment
 from tests.predict_fixture import export_model
 

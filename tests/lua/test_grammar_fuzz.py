@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from slurm_hetero.bridge.tables import bridge_source
+from slurm_hetero.conf.bridge import bridge_source
 from tests.lua import grammar_cases as G
 from tests.lua import grammar_fuzz as F
 

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from slurm_hetero.conf.containers import emulated_paths, node_document
 from slurm_hetero.conf.render import Profile, device_paths
 from slurm_hetero.containers.bundle import busybox_variants, write_stubs
-from slurm_hetero.containers.confgen import emulated_paths, node_document
 from slurm_hetero.containers.nodeconf import NodeConfig
 from slurm_hetero.site import Site, load_site
 

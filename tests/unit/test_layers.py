@@ -14,7 +14,7 @@ PKG = Path(__file__).resolve().parents[2] / "slurm_hetero"
 
 FLOORS: dict[str, int] = {
     "errors": 0,
-    "fileio": 1, "cliutil": 1, "slurm": 1,
+    "fileio": 1, "cliutil": 1, "templating": 1, "slurm": 1,
     "site": 2,
     "jobs": 3,
     "conf": 4, "predict": 4,

@@ -15,7 +15,6 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from slurm_hetero.bridge.snapshot import PoolCapacity, to_lua
-from slurm_hetero.bridge.tables import pools
 from slurm_hetero.monitor.cluster import (
     SINFO_ARGV,
     ClusterExporter,
@@ -29,6 +28,7 @@ from slurm_hetero.monitor.cluster import (
     summarize,
 )
 from slurm_hetero.site import Site, load_site
+from slurm_hetero.site.pools import pools
 from slurm_hetero.slurm.parse import parse_sinfo_nodes
 from slurm_hetero.slurm.runner import Runner
 from slurm_hetero.slurm.squeue import SQUEUE_JSON_ARGV, parse_job, parse_squeue_json

@@ -6,17 +6,22 @@ from __future__ import annotations
 import json
 import posixpath
 from dataclasses import asdict
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ClusterShell.NodeSet import NodeSet
 
-from slurm_hetero.containers.nodeconf import FILENAME, FORMAT, PLUGIN_GRES
-from slurm_hetero.containers.ociconfig import CONTROL_DEVICES, MOUNTS_VAR, VISIBLE_VARS
+from slurm_hetero.conf.contract import (
+    CONTROL_DEVICES,
+    FILENAME,
+    FORMAT,
+    MOUNTS_VAR,
+    PLUGIN_GRES,
+    VISIBLE_VARS,
+)
+from slurm_hetero.conf.devices import device_files
+from slurm_hetero.conf.profile import Profile
 from slurm_hetero.site.images import Image
 from slurm_hetero.site.model import NodeGroup, Site
-
-if TYPE_CHECKING:
-    from slurm_hetero.conf.render import Profile
 
 TASKPROLOG = "hetero-taskprolog"
 
@@ -27,12 +32,10 @@ def images_root(site: Site, profile: Profile) -> str:
 
 def group_devices(g: NodeGroup) -> dict[str, list[list[str]]]:
     """gres name → [[file under /dev, stack]] in Slurm's index order (gres.conf's files)."""
-    from slurm_hetero.conf.render import Profile, _device_files
-
     stacks = {(a.model.gres_name, a.model.gres_type): a.model.stack for a in g.accelerators}
     out: dict[str, list[list[str]]] = {}
     # The same function writes gres.conf: one source of truth for names and order.
-    for line in _device_files(g, "", Profile(dev_dir="")):
+    for line in device_files(g, "", Profile(dev_dir="")):
         if "file" in line:
             stack = stacks[(str(line["name"]), str(line["type"]))]
             out.setdefault(str(line["name"]), []).extend(

@@ -1,0 +1,61 @@
+"""What differs between a production deployment and the local dev cluster (paths, ports,
+plugins, the Slurm release): everything else comes from the site."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Profile:
+    """Deployment-specific settings. Defaults are a conventional production layout."""
+
+    conf_dir: str = "/etc/slurm"
+    ctld_host: str = "slurmctld"
+    ctld_addr: str | None = None
+    ctld_port: int = 6817
+    slurmd_port: int = 6818
+    dbd_host: str = "slurmdbd"
+    dbd_port: int = 6819
+    state_dir: str = "/var/spool/slurmctld"
+    spool_dir: str = "/var/spool/slurmd"
+    log_dir: str = "/var/log/slurm"
+    run_dir: str = "/run/slurm"
+    dev_dir: str = "/dev"
+    slurm_user: str = "slurm"
+    auth_info: str | None = None  # e.g. "socket=/path/munge.socket"
+    proctrack: str = "proctrack/cgroup"
+    task_plugins: str = "task/cgroup,task/affinity"
+    config_overrides: bool = False
+    mail_prog: str | None = None  # None: Slurm's default (/bin/mail)
+    spank_plugin: str | None = "/usr/local/lib/slurm-hetero/hetero.so"
+    # Per-node NodeAddr/Port (the dev cluster runs every slurmd on loopback).
+    node_ports: dict[str, int] = field(default_factory=dict)
+    node_addr: str = "127.0.0.1"
+    # job_desc.tres_per_node reads "gres:gpu:1" before Slurm 23.02 and "gres/gpu:1" after.
+    slurm_version: tuple[int, int] = (22, 5)
+    snapshot_check_s: int = 2
+    # The node agent (energy policies, metering) as Slurm Prolog/Epilog; None: not wired.
+    prolog: str | None = "/usr/local/bin/slurm-hetero-prolog"
+    epilog: str | None = "/usr/local/bin/slurm-hetero-epilog"
+    agent_cli: str = "/usr/local/bin/slurm-hetero"  # `node sample` runs from it
+    restore: str = "/usr/local/bin/slurm-hetero-restore"  # run by the HealthCheckProgram
+    health_check_interval: int | None = None  # None: the site's node_agent.restore_interval
+    agent_state_dir: str = "/var/lib/slurm-hetero/agent"
+    # Device backend per node; None: by the node's stack (cuda: nvml, cann: npu-smi).
+    # "{node}" is replaced by the node's name (the dev cluster's fake keeps a file per node).
+    agent_devices: str | None = None
+    # An exported runtime model (`slurm-hetero model export`), compiled into job_submit.lua.
+    model_lua: str | None = None
+    snapshot_stale_s: int = 30
+    # containers (issue 6): the node-side wrapper and TaskProlog run as `python -I -S` from
+    # hetero_lib, the folder holding the slurm_hetero package (stdlib-only modules).
+    python: str = "/usr/bin/python3"
+    hetero_lib: str = "/usr/local/lib/slurm-hetero/lib"
+    runc: str = "/usr/sbin/runc"
+    runc_root: str = "/run/user/%U/slurm-hetero-runc"  # runc's state, per user (%U: uid)
+    images_root: str | None = None  # None: the site's containers.images_root
+
+    @property
+    def snapshot_path(self) -> str:
+        return f"{self.state_dir}/hetero-snapshot.lua"
