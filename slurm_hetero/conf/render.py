@@ -36,6 +36,11 @@ OUTPUTS += ("oci.conf", "hetero-containers.json", "hetero-taskprolog")
 # energy (issue 5): the systemd unit of `node sample`, for nodes with a sampled backend, and
 # the HealthCheckProgram that restores devices a killed slurmstepd left changed.
 OUTPUTS += ("hetero-sampler.service", "hetero-healthcheck")
+# The bridge daemon's systemd unit (controller); it re-reads the site file rendered beside it.
+OUTPUTS += ("hetero-bridge.service",)
+SITE_COPY = "site.yaml"
+# ClusterShell folds hostlist terms in quadratic time: beyond this many, list them as given.
+FOLD_TERMS_MAX = 64
 MODES = {"hetero-taskprolog": 0o755, "hetero-healthcheck": 0o755}  # besides write_files' 0644
 STACK_DEVICES = {"cuda": "nvml", "rocm": "amdsmi", "cann": "npu-smi"}
 # npu-smi reports power and use only "now": `node sample` keeps the counters (energy/sampler.py)
@@ -51,7 +56,8 @@ def _context(site: Site, profile: Profile) -> dict[str, object]:
         models = {a.model.id: a.model for g in groups for a in g.accelerators}
         weights += [f"GRES/{m.gres_name}:{m.gres_type}={round(m.units * site.billing.unit, 2)}"
                     for m in models.values()]
-        nodes = NodeSet.fromlist([g.names for g in groups])
+        nodes = (NodeSet.fromlist([g.names for g in groups]) if len(groups) <= FOLD_TERMS_MAX
+                 else ",".join(g.names for g in groups))
         partitions.append({"p": p, "nodes": str(nodes), "billing": ",".join(weights)})
     tres = ["gres/gpu", "gres/npu", "gres/shard"]
     tres += [f"gres/{m.gres_name}:{m.gres_type}" for m in site.models_in_use]
@@ -116,6 +122,8 @@ def render_site(site: Site, profile: Profile | None = None) -> dict[str, str]:
     env, ctx = environment(), _context(site, profile)
     files = {name: env.get_template(name + ".j2").render(ctx) for name in OUTPUTS}
     files["hetero-agent.json"] = agent_config(site, profile)
+    if site.path is not None:  # the bridge daemon's unit reads it from the same folder
+        files[SITE_COPY] = Path(site.path).read_text(encoding="utf-8")
     return files
 
 
