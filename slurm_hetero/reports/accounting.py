@@ -22,10 +22,10 @@ import pandas as pd
 from ClusterShell.NodeSet import NodeSet, NodeSetParseError
 from pandas.api.types import union_categoricals
 
-from slurm_hetero.energy.comment import parse_comment
 from slurm_hetero.reports import jobs as J
 from slurm_hetero.site.catalog import AccelModel
 from slurm_hetero.site.model import Site
+from slurm_hetero.slurm.comment import parse_comment
 from slurm_hetero.slurm.parse import SACCT_DELIMITER, parse_tres
 
 DELIM = SACCT_DELIMITER  # job names and comments may hold "|"

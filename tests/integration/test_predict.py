@@ -11,8 +11,8 @@ import pytest
 
 from slurm_hetero.devcluster import Cluster
 from slurm_hetero.devcluster.procs import wait_until
-from slurm_hetero.energy.comment import parse_comment
 from slurm_hetero.site import Site
+from slurm_hetero.slurm.comment import parse_comment
 from slurm_hetero.slurm.jobs import sacct_jobs, submit, wait_done
 from slurm_hetero.slurm.parse import parse_duration_s, parse_kv_record
 from tests.predict_fixture import export_model
