@@ -14,11 +14,14 @@ from click.testing import CliRunner
 
 from slurm_hetero.cli import main
 from slurm_hetero.devcluster import Cluster
+from slurm_hetero.devcluster.procs import wait_until
 from slurm_hetero.energy import agent
 from slurm_hetero.energy.fake import FakeDevices
 from slurm_hetero.slurm.comment import parse_comment
 from slurm_hetero.slurm.jobs import sacct_jobs, submit, wait_done
 from slurm_hetero.slurm.scontrol import parse_job_devices, parse_job_record, show_job_argv
+
+pytestmark = pytest.mark.integration
 
 DEFAULTS = {"clock_level": "default", "npu_mode": "normal"}
 
@@ -149,9 +152,13 @@ def test_restored_after_slurmstepd_is_killed(cluster: Cluster) -> None:
                  "sleep 300")
     node, _, idx = devices_of(cluster, jid)
     assert fake_state(cluster, node, idx[0])["limit_w"] == 240.0
-    pids = subprocess.run(["pgrep", "-f", f"slurmstepd: \\[{jid}\\."], capture_output=True,
-                          text=True, check=False).stdout.split()
-    assert pids, "no slurmstepd for the job"
+    def stepds() -> list[str]:
+        return subprocess.run(["pgrep", "-f", f"slurmstepd: \\[{jid}\\."], capture_output=True,
+                              text=True, check=False).stdout.split()
+
+    # The prolog runs at allocation; the batch step's slurmstepd follows (later on a busy machine).
+    assert wait_until(lambda: bool(stepds()), 30), "no slurmstepd for the job"
+    pids = stepds()
     for pid in pids:
         os.kill(int(pid), signal.SIGKILL)
     # slurmctld learns of the loss only at the node's next full registration (minutes), and

@@ -14,16 +14,17 @@ PKG = Path(__file__).resolve().parents[2] / "slurm_hetero"
 
 FLOORS: dict[str, int] = {
     "errors": 0,
-    "fileio": 1, "cliutil": 1, "templating": 1, "slurm": 1,
-    "site": 2,
-    "jobs": 3,
-    "conf": 4, "predict": 4,
-    "bridge": 5, "energy": 5, "containers": 5, "checkpoint": 5,
-    "monitor": 6, "reports": 6, "replay": 6, "forecast": 6,
-    "devcluster": 7,
-    "container_demo": 8,
-    "demo": 9,
-    "cli": 10,
+    "fileio": 1, "cliutil": 1, "templating": 1,
+    "slurm": 2,
+    "site": 3,
+    "jobs": 4,
+    "conf": 5, "predict": 5,
+    "bridge": 6, "energy": 6, "containers": 6, "checkpoint": 6,
+    "monitor": 7, "reports": 7, "replay": 7, "forecast": 7,
+    "devcluster": 8,
+    "container_demo": 9,
+    "demo": 10,
+    "cli": 11,
 }
 
 
