@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from slurm_hetero.bridge.snapshot import take_snapshot
+from slurm_hetero.bridge.snapshot import Forecast, take_snapshot
 from slurm_hetero.errors import RuntimeFailure
 from slurm_hetero.site.model import Site
 from slurm_hetero.slurm.comment import parse_comment
@@ -69,6 +69,7 @@ class ExtendPolicy:
         return min(user_min, grown)
 
 
+FORECAST_EVERY_S = 60.0
 # A user limit the bridge recorded beyond a year is not a limit anyone asked for.
 MAX_USER_LIMIT_MIN = 366 * 24 * 60
 
@@ -105,7 +106,7 @@ def user_limit(decision: dict[str, object]) -> int | None:
 class BridgeDaemon:
     def __init__(self, site: Site, runner: Runner, snapshot: Path, every: float = 5.0,
                  factor: FactorPolicy | None = None, extend: ExtendPolicy | None = None,
-                 log: Log = print):
+                 log: Log = print, forecaster: Callable[[], Forecast] | None = None):
         self.site, self.runner, self.snapshot, self.every = site, runner, snapshot, every
         self.factor = factor or FactorPolicy()
         self.extend = extend or ExtendPolicy()
@@ -113,6 +114,10 @@ class BridgeDaemon:
         self.stopping = False
         # What we set last (22.05's scontrol does not show SiteFactor): one RPC per change.
         self.factors: dict[str, int] = {}
+        # The demand forecast (forecast/ passes a refresher in from the CLI): once a minute.
+        self.forecaster = forecaster
+        self.forecast: Forecast = {}
+        self.forecast_t = -math.inf
 
     def queue(self) -> list[QueuedJob]:
         """Every job (one `squeue --json`); malformed entries are logged and skipped."""
@@ -172,9 +177,19 @@ class BridgeDaemon:
                 done += 1
         return done
 
+    def refresh_forecast(self) -> None:
+        if self.forecaster is None or time.monotonic() - self.forecast_t < FORECAST_EVERY_S:
+            return
+        self.forecast_t = time.monotonic()
+        try:
+            self.forecast = self.forecaster()
+        except Exception as e:  # a forecast is advice: the heartbeat goes on without it
+            self.log(f"forecast skipped: {type(e).__name__}: {e}")
+
     def round(self) -> None:
         queue = self.queue()
-        take_snapshot(self.site, self.runner, self.snapshot, queue)
+        self.refresh_forecast()
+        take_snapshot(self.site, self.runner, self.snapshot, queue, self.forecast)
         jobs = self.jobs(queue)
         self.extend_limits(jobs)
         self.set_factors(jobs)

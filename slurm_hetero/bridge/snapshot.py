@@ -8,6 +8,8 @@ than its staleness limit as absent (then the static order applies).
 
 from __future__ import annotations
 
+import math
+import re
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -80,30 +82,52 @@ def build_snapshot(site: Site, sinfo_text: str, jobs: Iterable[QueuedJob]) -> di
     return caps
 
 
-def to_lua(caps: dict[str, PoolCapacity], generated_at: float) -> str:
-    """The snapshot as a Lua 5.1 chunk that only returns data."""
+Forecast = dict[str, dict[int, float]]  # pool -> {minutes ahead: units}
+_POOL_KEY = re.compile(r"[A-Za-z0-9@._-]{1,128}")
+HORIZONS = (5, 15, 60)
+
+
+def to_lua(caps: dict[str, PoolCapacity], generated_at: float, forecast: Forecast | None = None) -> str:
+    """The snapshot as a Lua 5.1 chunk that only returns data. The demand forecast (when the
+    daemon keeps one) comes after the pools, so `generated_at` stays on the second line."""
     gen = int(generated_at)
     rows = "\n".join(
         f'  ["{k}"] = {{ total = {c.total}, free = {c.free}, free_max_node = {c.free_max_node}, '
         f"pending = {c.pending} }}," for k, c in sorted(caps.items()))
+    fc = "".join(f'  ["{k}"] = {{ m5 = {v[5]:.3f}, m15 = {v[15]:.3f}, m60 = {v[60]:.3f} }},\n'
+                 for k, v in sorted((forecast or {}).items())
+                 if _POOL_KEY.fullmatch(k) and all(math.isfinite(v.get(h, math.nan)) for h in HORIZONS))
+    tail = f", forecast = {{\n{fc}}}" if fc else ""
     return (f"-- hetero-snapshot {time.time_ns()}\n"
-            f"return {{ generated_at = {gen}, pools = {{\n{rows}\n}} }}\n")
+            f"return {{ generated_at = {gen}, pools = {{\n{rows}\n}}{tail} }}\n")
 
 
-def take_snapshot(site: Site, runner: Runner, path: Path,
-                  jobs: Iterable[QueuedJob] | None = None) -> dict[str, PoolCapacity]:
+_FORECAST_ROW = re.compile(r'^  \["([A-Za-z0-9@._-]+)"\] = \{ m5 = ([0-9.]+), m15 = ([0-9.]+), '
+                           r"m60 = ([0-9.]+) \},$", re.MULTILINE)
+
+
+def read_forecast(path: Path) -> Forecast:
+    """The forecast rows of a written snapshot ({} when it holds none or cannot be read)."""
+    try:
+        text = path.read_text()
+    except OSError:
+        return {}
+    return {m.group(1): {5: float(m.group(2)), 15: float(m.group(3)), 60: float(m.group(4))}
+            for m in _FORECAST_ROW.finditer(text)}
+
+
+def take_snapshot(site: Site, runner: Runner, path: Path, jobs: Iterable[QueuedJob] | None = None,
+                  forecast: Forecast | None = None) -> dict[str, PoolCapacity]:
     """Write the snapshot; `jobs`: the queue when the caller has just read it."""
     if jobs is None:
         jobs, _ = parse_squeue_json(runner.out(SQUEUE_JSON_ARGV))
     caps = build_snapshot(site, runner.out(SINFO_ARGS), jobs)
-    write_atomic(path, to_lua(caps, time.time()))
+    write_atomic(path, to_lua(caps, time.time(), forecast))
     return caps
 
 
 def pool_free(path: Path, key: str) -> int | None:
     """Free devices of one pool in a written snapshot (None if absent or unreadable)."""
-    import re
-
     try:
         text = path.read_text()
     except OSError:

@@ -30,6 +30,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from slurm_hetero.bridge.snapshot import read_forecast
 from slurm_hetero.errors import RuntimeFailure
 from slurm_hetero.site.model import Site
 from slurm_hetero.site.pools import pools
@@ -499,7 +500,13 @@ class ClusterExporter:
         if at is not None:
             gen.add_metric([], at)
             age.add_metric([], max(0.0, self.clock() - at))
-        yield from (up, gen, age)
+        demand = GaugeMetricFamily("hetero_pool_demand_forecast_units",
+                                   "Forecast peak running+pending demand over the next N minutes "
+                                   "(normalized units; cores for cpu@ pools)", labels=["pool", "horizon_min"])
+        for pool, by_h in sorted((read_forecast(self.snapshot) if self.snapshot else {}).items()):
+            for h, units in sorted(by_h.items()):
+                demand.add_metric([pool, str(h)], units)
+        yield from (up, gen, age, demand)
 
     def _prediction_metrics(self) -> Iterator[Metric]:
         preds = list(dict(self.predictions).values())

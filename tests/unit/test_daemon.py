@@ -149,3 +149,29 @@ def test_one_bad_job_costs_itself_not_the_round(tmp_path: Path) -> None:
     assert {tuple(u) for u in runner.updates} == {("scontrol", "update", "JobId=4", "TimeLimit=20")}
     assert not any(line.startswith("round failed") for line in logs), logs
     assert sum("skipped job entry" in line for line in logs) == 6  # 2 bad entries x 3 reads
+
+
+def test_a_failing_forecast_costs_no_heartbeat(tmp_path: Path) -> None:
+    from slurm_hetero.bridge.daemon import BridgeDaemon
+    from slurm_hetero.bridge.snapshot import read_forecast
+    from slurm_hetero.site import load_site
+
+    site = load_site(Path(__file__).resolve().parents[2] / "site" / "demo" / "site.yaml")
+    calls: list[int] = []
+
+    def forecaster() -> dict[str, dict[int, float]]:
+        calls.append(1)
+        if len(calls) == 1:
+            raise ValueError("no history yet")
+        return {"h100@x86_64": {5: 1.0, 15: 2.0, 60: 3.0}}
+
+    logs: list[str] = []
+    snap = tmp_path / "snap.lua"
+    d = BridgeDaemon(site, HostileRunner([]), snap, every=0.0, log=logs.append,  # type: ignore[arg-type]
+                     forecaster=forecaster)
+    d.run(rounds=2)
+    assert logs[0] == "forecast skipped: ValueError: no history yet" and snap.exists()
+    assert len(calls) == 1  # once a minute, not once a round
+    d.forecast_t -= 61
+    d.round()
+    assert read_forecast(snap) == {"h100@x86_64": {5: 1.0, 15: 2.0, 60: 3.0}}

@@ -43,3 +43,21 @@ def test_pending_counts_per_arch_and_node(site: Site) -> None:
     assert caps["v100@x86_64"].pending == 2 + 1  # an untyped gpu request counts for every model
     assert caps["gh200@aarch64"].free == 0
     assert "return { generated_at = 7, pools = {" in to_lua(caps, 7.0)
+
+
+def test_forecast_travels_in_the_snapshot_and_lua_still_reads_it(site: Site, tmp_path: Path) -> None:
+    import lupa.lua51 as lupa
+
+    from slurm_hetero.bridge.snapshot import read_forecast
+
+    caps = build_snapshot(site, "", [])
+    fc = {"h100@x86_64": {5: 1.5, 15: 2.25, 60: 4.0}, "cpu@aarch64": {5: 10.0, 15: 12.0, 60: 16.0},
+          'bad"key': {5: 1.0, 15: 1.0, 60: 1.0}, "nan@x86_64": {5: float("nan"), 15: 1.0, 60: 1.0}}
+    text = to_lua(caps, 7.0, fc)
+    assert text.splitlines()[1].startswith("return { generated_at = 7, pools = {")
+    path = tmp_path / "snap.lua"
+    path.write_text(text)
+    assert read_forecast(path) == {k: v for k, v in fc.items() if k in ("h100@x86_64", "cpu@aarch64")}
+    data = lupa.LuaRuntime().execute(text)
+    assert data["generated_at"] == 7 and data["forecast"]["h100@x86_64"]["m60"] == 4.0
+    assert read_forecast(tmp_path / "missing.lua") == {}
