@@ -1,4 +1,4 @@
-"""Batch runtime prediction in Python: jobs per second (target >= 200,000/s, issue 4).
+"""Batch runtime prediction in Python: jobs per second (target >= 200,000/s).
 
 Trains the default model on the SDSC-BLUE trace, then predicts the 1,000,000-job table of
 predict_train_1m.py twice: from ready feature rows (both boosters and the clamping), and
@@ -12,10 +12,10 @@ import argparse
 import sys
 import time
 
-from predict_train_1m import NAMES, TRACES, million
+from predict_train_1m import NAMES, million, trace
 
+from slurm_hetero.jobs.swf import read_swf
 from slurm_hetero.predict import features as F
-from slurm_hetero.predict.ingest_swf import read_swf
 from slurm_hetero.predict.train import DEFAULT_PARAMS, train
 
 
@@ -33,9 +33,9 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=1_000_000)
     ap.add_argument("--threads", type=int, default=DEFAULT_PARAMS.threads)
     args = ap.parse_args()
-    if not (TRACES / f"{NAMES[2]}.swf.gz").exists():
-        sys.exit(f"traces not found in {TRACES}")
-    model = train(read_swf(TRACES / f"{NAMES[2]}.swf.gz"), DEFAULT_PARAMS)
+    if not trace(NAMES[2]).exists():
+        sys.exit(f"trace not found: {trace(NAMES[2])} (set $TRACES to its folder)")
+    model = train(read_swf(trace(NAMES[2])).jobs, DEFAULT_PARAMS)
     df = million(args.jobs)
     history = F.History.build(df)
     x, base = F.table_features(df, history, model.partitions, model.default_runtime)

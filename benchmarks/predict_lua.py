@@ -1,6 +1,6 @@
 """Cost of one runtime prediction in the exported Lua model, under Lua 5.1 (lupa).
 
-The bridge's whole per-decision budget is 50 us median (issue 4), so the prediction must
+The bridge's whole per-decision budget is 50 us median, so the prediction must
 be a fraction of it. Trains the default model on the SDSC-BLUE trace, exports it with the
 trace's users, and times model.predict_desc(job_desc, now) -- what the bridge calls -- on
 10,000 real jobs of the trace's future (job_desc as a plain Lua table):
@@ -14,6 +14,7 @@ Prints figures; asserts nothing.
 from __future__ import annotations
 
 import gc
+import os
 import statistics
 import sys
 import time
@@ -22,12 +23,13 @@ from pathlib import Path
 import lupa.lua51 as lua51
 import numpy as np
 
+from slurm_hetero.jobs.swf import read_swf
 from slurm_hetero.predict import export_lua
 from slurm_hetero.predict.evaluate import split
-from slurm_hetero.predict.ingest_swf import read_swf
 from slurm_hetero.predict.train import DEFAULT_PARAMS, train
 
-TRACE = Path(__file__).resolve().parents[2] / "shared" / "traces" / "SDSC-BLUE-pyss-easy.swf.gz"
+TRACES = Path(os.environ.get("TRACES") or Path(__file__).resolve().parents[2] / "shared" / "traces")
+TRACE = TRACES / "SDSC-BLUE-pyss-easy.swf.gz"
 SANDBOX = ("local text = ...\nlocal chunk = assert(loadstring(text, 'predict'))\n"
            "setfenv(chunk, { math = math, string = string, tonumber = tonumber, tostring = tostring,\n"
            "                 ipairs = ipairs, unpack = unpack })\nreturn chunk()")
@@ -44,8 +46,8 @@ return (clock() - t0) / (rounds * #descs)
 
 def main() -> None:
     if not TRACE.exists():
-        sys.exit(f"trace not found: {TRACE}")
-    df = read_swf(TRACE)
+        sys.exit(f"trace not found: {TRACE} (set $TRACES to its folder)")
+    df = read_swf(TRACE).jobs
     cut, test = split(df, 0.25)
     model = train(df, DEFAULT_PARAMS, until=cut)
     text = export_lua.export_text(model, df[df["end"] < cut])
@@ -55,9 +57,10 @@ def main() -> None:
     m = lua.execute(SANDBOX, text)
     load_ms = (time.perf_counter() - t0) * 1e3
     jobs = test.iloc[:10_000]
+    cpus = np.nan_to_num(jobs["req_cpus"].to_numpy(), nan=1.0).astype(int)
     descs = [lua.table_from({"user_name": u, "user_id": 1000, "time_limit": max(int(q) // 60, 1),
                              "min_cpus": int(c), "num_tasks": int(c), "partition": "batch"})
-             for u, q, c in zip(jobs["user"], jobs["req_time_s"], jobs["req_cpus"], strict=True)]
+             for u, q, c in zip(jobs["user"], jobs["req_time_s"], cpus, strict=True)]
     call = lua.eval("function(M, d) return M.predict_desc(d, 2000000000) end")
     empty = lua.eval("function(M, d) return 1, 2 end")
 

@@ -1,4 +1,4 @@
-"""`slurm-hetero report -o` on 1,000,000 jobs synthesized from the shared traces.
+"""`slurm-hetero report -o` on 1,000,000 jobs synthesized from four workload traces.
 
 The jobs' submit, wait, run time, size, user estimate and user come from the SWF traces
 (and the Alibaba pods), repeated until there are a million; each is placed on a pool of
@@ -7,9 +7,10 @@ accelerator jobs carry a bridge decision with a prediction and energy. They are 
 as sacct -P text, one file per day, into a report cache, and the timed child process runs
 the real pipeline (cache → parse → metrics → HTML) over the 90 days. The site is the demo
 site with every node group SCALE times larger, so a million jobs keep it busy, not 40x
-oversubscribed.
+oversubscribed. KTH ships with the package; the others are read from ../shared/traces
+(override with $TRACES).
 
-Targets (issue 7): ≤ 60 s and ≤ 4 GB peak memory on the 2-core machine. Prints the
+Targets: ≤ 60 s and ≤ 4 GB peak memory on the 2-core machine. Prints the
 figures; asserts nothing (machines are noisy).
 
     .venv/bin/python benchmarks/report_1m.py [--jobs N] [--keep DIR]
@@ -18,8 +19,8 @@ figures; asserts nothing (machines are noisy).
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
+import os
 import re
 import resource
 import shutil
@@ -35,7 +36,7 @@ import yaml
 from ClusterShell.NodeSet import NodeSet
 
 ROOT = Path(__file__).resolve().parents[1]
-TRACES = ROOT.parent / "shared" / "traces"
+TRACES = Path(os.environ.get("TRACES") or ROOT.parent / "shared" / "traces")
 DEMO = ROOT / "site" / "demo" / "site.yaml"
 DAYS = 90
 SCALE = 40
@@ -59,31 +60,30 @@ def scaled_site(dest: Path) -> Path:
 
 
 def _trace_jobs() -> dict[str, np.ndarray]:  # type: ignore[type-arg]
-    from slurm_hetero.reports.traces import read_trace
+    from slurm_hetero.jobs.trace import KTH_SP2
+    from slurm_hetero.jobs.traces import read_trace
 
     cols: dict[str, list[np.ndarray]] = {k: [] for k in ("submit", "wait", "run", "procs", "limit", "user")}  # type: ignore[type-arg]
     for name in ("SDSC-BLUE-pyss-easy.swf.gz", "CTC-SP2-pyss-easy.swf.gz", "KTH-SP2-1996-2.1-cln.swf.gz",
                  "alibaba-gpu-2023-pods.csv"):
-        j = read_trace(TRACES / name).jobs
-        ok = ~np.isnan(j["start"].to_numpy()) & (np.nan_to_num(j["elapsed"].to_numpy()) > 0)
+        j = read_trace(KTH_SP2 if name == KTH_SP2.name else TRACES / name).jobs
+        ok = ~np.isnan(j["start"].to_numpy()) & (np.nan_to_num(j["runtime_s"].to_numpy()) > 0)
         submit = j["submit"].to_numpy()[ok]
         cols["submit"].append((submit - submit.min()) / max(np.ptp(submit), 1.0))  # 0..1 over the trace
         cols["wait"].append((j["start"].to_numpy() - j["submit"].to_numpy())[ok])
-        cols["run"].append(j["elapsed"].to_numpy()[ok])
+        cols["run"].append(j["runtime_s"].to_numpy()[ok])
         cols["procs"].append(np.nan_to_num(j["ncpus"].to_numpy()[ok], nan=1.0))
-        cols["limit"].append(j["limit"].to_numpy()[ok])
+        cols["limit"].append(j["req_time_s"].to_numpy()[ok])
         users = j["user"].astype(object).to_numpy()[ok]
         cols["user"].append(np.asarray([f"{name[:4].lower()}-{u}" for u in users], dtype=object))
     return {k: np.concatenate(v) for k, v in cols.items()}
 
 
 def synthesize(n: int, cache_root: Path, site_path: Path) -> Path:
-    """Write n jobs as per-day sacct chunks where SacctSource will look for them."""
-    from slurm_hetero.reports.accounting import DELIM
-    from slurm_hetero.reports.data import SacctSource
-    from slurm_hetero.reports.period import day_chunks
+    """Write n jobs as per-day sacct chunks where SacctDays will look for them."""
     from slurm_hetero.site import load_site
     from slurm_hetero.slurm.runner import Runner
+    from slurm_hetero.slurm.sacct import DELIM, FIELDS, SacctDays, day_chunks
 
     site = load_site(site_path)
     pools = []  # (partition, gres or None, arch, nodes, devices per node, shards, units, cpus)
@@ -152,17 +152,19 @@ def synthesize(n: int, cache_root: Path, site_path: Path) -> Path:
                              "util": round(100 * eff[i])} for d in range(k)]},
                         separators=(",", ":"))
         cpu_used = ncpu * run[i] * eff[i]
-        fields = [str(100000 + i), str(100000 + i), f"train-{names[i]}", users[i], accounts[users[i]],
-                  part, qos[i], states[i], "None", str(submit[i]), str(submit[i]), str(s), str(e),
-                  str(run[i]), str(max(int(limit[i] // 60), 1)), str(ncpu), _cpu_text(cpu_used), tres,
-                  node, "0", comm]
-        lines_by_day.setdefault(int(day_index[i]), []).append(DELIM.join(fields))
-    source = SacctSource(Runner(slurm_conf=CONF), cache_root)
+        fields = {"JobIDRaw": str(100000 + i), "JobID": str(100000 + i), "Cluster": "bench",
+                  "JobName": f"train-{names[i]}", "User": users[i], "Account": accounts[users[i]],
+                  "Partition": part, "QOS": qos[i], "State": states[i], "Reason": "None",
+                  "Submit": str(submit[i]), "Eligible": str(submit[i]), "Start": str(s), "End": str(e),
+                  "ElapsedRaw": str(run[i]), "TimelimitRaw": str(max(int(limit[i] // 60), 1)),
+                  "ReqCPUS": str(ncpu), "ReqTRES": tres, "ReqMem": "8G", "NCPUS": str(ncpu),
+                  "TotalCPU": _cpu_text(cpu_used), "AllocTRES": tres, "NodeList": node,
+                  "ConsumedEnergyRaw": "0", "AdminComment": comm}
+        lines_by_day.setdefault(int(day_index[i]), []).append(DELIM.join(fields[f] for f in FIELDS))
+    cache = SacctDays(Runner(slurm_conf=CONF), cache_root).cache
+    assert cache is not None
     for d, (a, b) in enumerate(day_chunks(start_t, end_t)):
-        path = source._path(a, b)
-        assert path is not None
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(gzip.compress(("\n".join(lines_by_day.get(d, [])) + "\n").encode(), 5))
+        cache.put(a, b, "\n".join(lines_by_day.get(d, [])) + "\n")
     return cache_root
 
 

@@ -3,18 +3,15 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import click
 
-from slurm_hetero.cliutil import DEMO_SITE, console, reports_errors
+from slurm_hetero.cliutil import DEMO_SITE, F, console, reports_errors, site_option
 from slurm_hetero.containers.cli import container
 from slurm_hetero.predict.cli import model
 from slurm_hetero.reports.cli import report
-
-F = TypeVar("F", bound=Callable[..., Any])
 
 
 def site_argument(fn: F) -> F:
@@ -88,8 +85,7 @@ def _cluster(workdir: Path | None, site_name: str = "demo") -> Any:
 
 
 @cluster.command("up")
-@click.option("--site", "site_path", type=click.Path(path_type=Path), default=str(DEMO_SITE),
-              help="Site file [default: the demo site]")
+@site_option
 @workdir_option
 @click.option("--timeout", type=float, default=120.0, help="Seconds to wait for all-idle.")
 @click.option("--model", type=click.Path(dir_okay=False, exists=True, path_type=Path), default=None,
@@ -147,8 +143,7 @@ def bridge() -> None:
 
 
 @bridge.command("snapshot")
-@click.option("--site", "site_path", type=click.Path(path_type=Path), default=str(DEMO_SITE),
-              help="Site file [default: the demo site]")
+@site_option
 @click.option("-o", "--output", type=click.Path(path_type=Path), required=True,
               help="Snapshot file (the bridge reads StateSaveLocation/hetero-snapshot.lua).")
 @reports_errors
@@ -164,8 +159,7 @@ def bridge_snapshot(site_path: Path, output: Path) -> None:
 
 
 @bridge.command("run")
-@click.option("--site", "site_path", type=click.Path(path_type=Path), default=str(DEMO_SITE),
-              help="Site file [default: the demo site]")
+@site_option
 @click.option("--snapshot", type=click.Path(path_type=Path), required=True,
               help="Capacity snapshot / heartbeat file (StateSaveLocation/hetero-snapshot.lua).")
 @click.option("--every", type=float, default=5.0, show_default=True, help="Seconds per round.")
@@ -283,8 +277,7 @@ def node_sample(node_name: str | None, every: float, pidfile: Path | None) -> No
 
 
 @main.command("demo")
-@click.option("--site", "site_path", type=click.Path(path_type=Path), default=str(DEMO_SITE),
-              help="Site file [default: the demo site]")
+@site_option
 @workdir_option
 @reports_errors
 def demo(site_path: Path, workdir: Path | None) -> None:

@@ -1,5 +1,5 @@
-"""What every CLI module shares: the console, the demo site, and the one place where
-library errors become exit codes. Kept apart from cli.py so command groups that live next
+"""What every CLI module shares: the console, the demo site, shared options, and the one
+place where library errors become exit codes. Kept apart from cli.py so command groups that live next
 to their library (reports, predict, containers) import it without a cycle."""
 
 from __future__ import annotations
@@ -40,3 +40,9 @@ def reports_errors(fn: F) -> F:
             raise (_BadInput if e.exit_code == 2 else _Failed)(str(e)) from e
 
     return wrapper  # type: ignore[return-value]
+
+
+def site_option(fn: F) -> F:
+    """`--site FILE` (into `site_path`), the demo site by default."""
+    return click.option("--site", "site_path", type=click.Path(path_type=Path), default=str(DEMO_SITE),
+                        help="Site file [default: the demo site]")(fn)

@@ -91,33 +91,29 @@ def _table(title: str, runner: Runner, ids: dict[int, tuple[str, list[str]]],
     return t, failed
 
 
-TRACE = Path(__file__).resolve().parents[2] / "shared" / "traces" / "KTH-SP2-1996-2.1-cln.swf.gz"
-
-
 def load_demo_model(cluster: Cluster, site: Site, console: Console) -> None:
     """The prediction pipeline a site runs, in small: a real trace plus this cluster's own
     accounting (the demo's first jobs) → LightGBM → Lua, compiled into the running bridge."""
-    import datetime as dt
-
-    from slurm_hetero.predict import export_lua, ingest_sacct, ingest_swf, jobtable
+    from slurm_hetero.jobs import table
+    from slurm_hetero.jobs.swf import read_swf
+    from slurm_hetero.jobs.trace import KTH_SP2
+    from slurm_hetero.predict import export_lua
+    from slurm_hetero.predict.ingest import sacct_jobs
     from slurm_hetero.predict.train import train
+    from slurm_hetero.slurm.sacct import next_midnight, parse_when
 
-    trace = TRACE if TRACE.exists() else Path.cwd().parent / "shared" / "traces" / TRACE.name
-    if not trace.exists():
-        console.print(f"(no {TRACE.name} beside the project: the bridge runs without a runtime model)")
-        return
     out = cluster.workdir / "model"
     out.mkdir(exist_ok=True)
     t0 = time.monotonic()
-    today = dt.date.today()
-    own = ingest_sacct.fetch_days(cluster.runner, today, today + dt.timedelta(days=1), out / "sacct.parts")
-    table = jobtable.merge(ingest_swf.read_swf(trace), own)
+    today = parse_when("today", "--since")
+    own = sacct_jobs(cluster.runner, today, next_midnight(today), out / "sacct.parts")
+    jobs = table.merge(read_swf(KTH_SP2).jobs, own)
     lua = out / "predict.lua"
     # The users' history the bridge needs is this cluster's (trace users are other people).
-    export_lua.write(export_lua.export_text(train(table), own if len(own) else table), lua)
+    export_lua.write(export_lua.export_text(train(jobs), own if len(own) else jobs), lua)
     cluster.load_model(site, lua)
-    console.print(f"runtime model trained on {trace.name} + this cluster's accounting "
-                  f"({len(table):,} jobs, {len(own)} of them here) in {time.monotonic() - t0:.0f} s, "
+    console.print(f"runtime model trained on {KTH_SP2.name} + this cluster's accounting "
+                  f"({len(jobs):,} jobs, {len(own)} of them here) in {time.monotonic() - t0:.0f} s, "
                   f"compiled into the bridge ({lua.stat().st_size // 1024} KiB of Lua)")
     time.sleep(1)  # slurmctld re-reads job_submit.lua on the next submission
 

@@ -21,7 +21,7 @@ def history(jobs: int = 6000, root_jobs: int = 400) -> pd.DataFrame:
     root["user"] = "root"
     root["req_time_s"] = 600
     root["runtime_s"] = rng.integers(15, 25, root_jobs)
-    root["status"] = "completed"
+    root["state"] = "COMPLETED"
     root["partition"] = "cpu"
     root["req_accel"] = 0
     root["req_cpus"] = 1

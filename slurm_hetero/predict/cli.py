@@ -6,15 +6,12 @@ Registered in slurm_hetero/cli.py with `main.add_command(model)`.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import click
 
-from slurm_hetero.cliutil import console, reports_errors
-
-F = TypeVar("F", bound=Callable[..., Any])
+from slurm_hetero.cliutil import F, console, reports_errors
 
 
 def _console() -> Any:
@@ -63,7 +60,7 @@ def _select(df: Any, sources: tuple[str, ...]) -> Any:
 
 @click.group()
 def model() -> None:
-    """Runtime prediction: job table, training, evaluation, Lua export."""
+    """Runtime prediction: job table ingest, training, evaluation, Lua export."""
 
 
 @model.command("ingest")
@@ -73,53 +70,58 @@ def model() -> None:
               help="An SWF trace (.swf or .swf.gz); repeatable.")
 @click.option("--swf-limit", type=int, default=None, help="Keep only the first N jobs of each trace.")
 @click.option("--sacct", "use_sacct", is_flag=True, help="Fetch finished jobs from sacct, a day at a time.")
-@click.option("--since", default=None, help="First day for --sacct (YYYY-MM-DD).")
-@click.option("--until", default=None, help="Day after the last one for --sacct [default: tomorrow].")
+@click.option("--since", default=None, help="Start of --sacct: YYYY-MM-DD[THH:MM[:SS]], today, yesterday, "
+              "-Nd, -Nh.")
+@click.option("--until", default=None, help="End of --sacct, same forms [default: the next midnight].")
 @click.option("--cluster", default=None, help="sacct -M CLUSTER.")
 @click.option("--slurm-conf", type=click.Path(path_type=Path), default=None, help="SLURM_CONF for sacct.")
 @reports_errors
 def ingest(output: Path, swf_files: tuple[Path, ...], swf_limit: int | None, use_sacct: bool,
            since: str | None, until: str | None, cluster: str | None, slurm_conf: Path | None) -> None:
     """Build or extend the job table from SWF traces and/or Slurm accounting."""
-    import datetime as dt
+    import time
 
     from rich.progress import Progress
 
     from slurm_hetero.errors import InputError
-    from slurm_hetero.predict import ingest_sacct, ingest_swf, jobtable
+    from slurm_hetero.jobs import table as jobtable
+    from slurm_hetero.jobs.swf import read_swf
+    from slurm_hetero.predict.ingest import sacct_jobs
     from slurm_hetero.slurm.runner import Runner
+    from slurm_hetero.slurm.sacct import Chunk, next_midnight, parse_when
 
     if not swf_files and not use_sacct:
         raise InputError("model ingest: give --swf FILE and/or --sacct --since DAY")
     console = _console()
     frames = [jobtable.read(output)] if output.exists() else []
     for path in swf_files:
-        df = ingest_swf.read_swf(path, swf_limit)
+        df = read_swf(path, swf_limit).jobs
         console.print(f"{path}: {len(df):,} jobs")
         frames.append(df)
     if use_sacct:
         if since is None:
             raise InputError("--sacct needs --since DAY (YYYY-MM-DD)")
-        first = ingest_sacct.parse_day(since, "--since")
-        last = (ingest_sacct.parse_day(until, "--until") if until
-                else dt.date.today() + dt.timedelta(days=1))
+        first = parse_when(since, "--since")
+        last = parse_when(until, "--until") if until else next_midnight(time.time())
         if slurm_conf is not None and not slurm_conf.is_file():
             # Slurm's tools would retry a missing file for a minute before failing.
             raise InputError(f"--slurm-conf {slurm_conf}: no such file")
         runner = Runner(slurm_conf=str(slurm_conf) if slurm_conf else None)
         parts = output.with_name(output.name + ".parts")
         with Progress(console=console, transient=False) as bar:
-            task = bar.add_task("sacct", total=max((last - first).days, 0))
+            task = bar.add_task("sacct", total=None)
 
-            def step(day: dt.date, i: int, n: int, what: str) -> None:
-                bar.update(task, completed=i, description=f"sacct {day}: {what}")
+            def step(c: Chunk) -> None:
+                what = "recorded" if c.cached else "fetched" if c.settled else "fetched, not settled"
+                day = time.strftime("%Y-%m-%d", time.localtime(c.start))
+                bar.update(task, total=c.total, completed=c.index, description=f"sacct {day}: {what}")
 
-            df = ingest_sacct.fetch_days(runner, first, last, parts, cluster=cluster, progress=step)
+            df = sacct_jobs(runner, first, last, parts, cluster=cluster, on_chunk=step)
         console.print(f"sacct: {len(df):,} finished jobs (days recorded in {parts})")
         frames.append(df)
     table = jobtable.merge(*frames)
     jobtable.write(table, output)
-    by_source = table.groupby("source").size().to_dict()
+    by_source = table.groupby("source", observed=True).size().to_dict()
     console.print(f"wrote {output}: {len(table):,} jobs "
                   f"({', '.join(f'{s} {n:,}' for s, n in sorted(by_source.items()))})")
 
@@ -135,7 +137,7 @@ def train_cmd(table: Path, output: Path, sources: tuple[str, ...], **kw: Any) ->
     """Train the central and upper-quantile runtime models on TABLE."""
     from rich.progress import Progress
 
-    from slurm_hetero.predict import jobtable
+    from slurm_hetero.jobs import table as jobtable
     from slurm_hetero.predict.train import train
 
     params = _params(**kw)
@@ -168,7 +170,7 @@ def train_cmd(table: Path, output: Path, sources: tuple[str, ...], **kw: Any) ->
 def eval_cmd(table: Path, sources: tuple[str, ...], test_fraction: float, json_out: Path | None,
              **kw: Any) -> None:
     """Train on the past and score on the future, per source, against both baselines."""
-    from slurm_hetero.predict import jobtable
+    from slurm_hetero.jobs import table as jobtable
     from slurm_hetero.predict.evaluate import evaluate
     from slurm_hetero.predict.evaluate import table as results_table
 
@@ -194,7 +196,8 @@ def eval_cmd(table: Path, sources: tuple[str, ...], test_fraction: float, json_o
 @reports_errors
 def export_cmd(model_file: Path, history: Path, source: str | None, until: int | None, output: Path) -> None:
     """Compile MODEL and the users' history into one Lua 5.1 chunk for job_submit.lua."""
-    from slurm_hetero.predict import export_lua, jobtable
+    from slurm_hetero.jobs import table as jobtable
+    from slurm_hetero.predict import export_lua
     from slurm_hetero.predict.train import Model
 
     m = Model.load(model_file)

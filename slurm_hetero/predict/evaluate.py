@@ -26,7 +26,7 @@ from slurm_hetero.predict import features as F
 from slurm_hetero.predict.baselines import Arr, last_two, user_estimate
 from slurm_hetero.predict.train import DEFAULT_PARAMS, TrainParams, train
 
-TARGET_MARGIN = 0.03  # issue 4: model accuracy >= last-two + 0.03
+TARGET_MARGIN = 0.03  # the target: model accuracy >= last-two + 0.03
 TARGET_UPPER_UNDER = 0.15  # and the upper quantile under-predicts at most 15% of jobs
 
 
@@ -57,7 +57,7 @@ def evaluate_source(df: pd.DataFrame, params: TrainParams, test_fraction: float 
     seconds = time.perf_counter() - t0
     actual = test["runtime_s"].to_numpy(np.float64)
     req = test["req_time_s"].to_numpy(np.float64)
-    state = history.state(F.user_keys(test), test["submit"].to_numpy(np.int64))
+    state = history.state(F.user_keys(test), F.epoch(test, "submit"))
     central, upper = model.predict(history, test, threads=params.threads)
     a1 = np.maximum(actual, 1.0)
     result: dict[str, Any] = {

@@ -25,8 +25,8 @@ import pandas as pd
 
 from slurm_hetero.errors import InputError, RuntimeFailure
 from slurm_hetero.fileio import write_atomic
+from slurm_hetero.jobs.sacct import ACCEL_GRES
 from slurm_hetero.predict import features as F
-from slurm_hetero.predict.ingest_sacct import ACCEL_GRES
 from slurm_hetero.predict.train import Model
 
 TEMPLATES = Path(__file__).resolve().parent.parent / "templates"

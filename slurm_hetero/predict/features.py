@@ -45,6 +45,17 @@ def user_keys(df: pd.DataFrame) -> npt.NDArray[np.object_]:
     return (df["source"].astype(str) + KEY_SEP + df["user"].astype(str)).to_numpy(dtype=object)
 
 
+def known(df: pd.DataFrame, col: str) -> Arr:
+    """A number column with the -1 sentinel where the job table has NaN (unknown)."""
+    values: Arr = np.nan_to_num(df[col].to_numpy(np.float64), nan=-1.0)
+    return values
+
+
+def epoch(df: pd.DataFrame, col: str) -> IArr:
+    """A time column as integer epoch seconds, -1 where unknown."""
+    return known(df, col).astype(np.int64)
+
+
 def usable(df: pd.DataFrame) -> pd.Series:
     """Jobs that ran and ended with known times: the ones history and training use."""
     return (df["runtime_s"] >= 0) & (df["start"] >= 0) & (df["end"] >= 0) & (df["submit"] >= 0)
@@ -73,16 +84,16 @@ class History:
         done = df[usable(df)]
         users = pd.Index(pd.unique(user_keys(done)))
         code = users.get_indexer(pd.Index(user_keys(done))).astype(np.int64)
-        end = done["end"].to_numpy(np.int64)
+        end = epoch(done, "end")
         _check_times(end, "end")
         # Ties on end time: submit, then table order, so every run sorts the same way.
-        order = np.lexsort((np.arange(len(done)), done["submit"].to_numpy(np.int64), end, code))
+        order = np.lexsort((np.arange(len(done)), epoch(done, "submit"), end, code))
         code, end = code[order], end[order]
         runtime = np.maximum(done["runtime_s"].to_numpy(np.float64)[order], 1.0)
-        req_raw = done["req_time_s"].to_numpy(np.float64)[order]
+        req_raw = known(done, "req_time_s")[order]
         # A job without a requested time counts as exactly estimated (ratio 1).
         req = np.where(req_raw > 0, req_raw, runtime)
-        cpus = done["req_cpus"].to_numpy(np.float64)[order]
+        cpus = known(done, "req_cpus")[order]
         log_r = np.log(runtime)
         ratio = runtime / req
         series = {"r": runtime, "lr": log_r, "lr2": log_r * log_r, "ratio": ratio,
@@ -148,9 +159,9 @@ class JobRequest:
         at = names.get_indexer(pd.Index(df["partition"].astype(str)))
         codes = np.array([partitions[n] for n in names] + [-1], dtype=np.float64)
         part = codes[at]  # -1 indexes the trailing "unknown" code
-        return cls(req=np.where(df["req_time_s"] > 0, df["req_time_s"], -1).astype(np.float64),
-                   cpus=df["req_cpus"].to_numpy(np.float64), accel=df["req_accel"].to_numpy(np.float64),
-                   part=part, submit=df["submit"].to_numpy(np.float64))
+        req = known(df, "req_time_s")
+        return cls(req=np.where(req > 0, req, -1.0), cpus=known(df, "req_cpus"), accel=known(df, "req_accel"),
+                   part=part, submit=known(df, "submit"))
 
 
 def partition_codes(df: pd.DataFrame) -> dict[str, int]:
@@ -194,5 +205,5 @@ def job_features(s: Mapping[str, Arr], job: JobRequest, default_runtime: float) 
 def table_features(df: pd.DataFrame, history: History, partitions: Mapping[str, int],
                    default_runtime: float) -> tuple[Arr, Arr]:
     """Features of every job of `df` at its own submit time, from `history`."""
-    state = history.state(user_keys(df), df["submit"].to_numpy(np.int64))
+    state = history.state(user_keys(df), epoch(df, "submit"))
     return job_features(state, JobRequest.from_table(df, partitions), default_runtime)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from slurm_hetero.predict import jobtable
+from slurm_hetero.jobs import table
 
 LIMITS = np.array([600, 1800, 3600, 7200, 14400, 43200, 86400])
 
@@ -33,14 +33,14 @@ def workload(jobs: int = 5000, users: int = 40, seed: int = 0, source: str = "sy
     limit = kind_limit[kind]
     runtime = np.minimum(runtime, limit).astype(np.int64)
     wait = rng.exponential(600.0, jobs).astype(np.int64)
-    status = np.where(crash, "failed", np.where(runtime >= limit, "timeout", "completed"))
+    state = np.where(crash, "FAILED", np.where(runtime >= limit, "TIMEOUT", "COMPLETED"))
     accel = kind_accel[kind]
     df = pd.DataFrame({
         "source": source, "job_id": [str(i + 1) for i in range(jobs)],
         "user": [f"user{u:03d}" for u in user], "account": "acct",
         "submit": submit, "start": submit + wait, "end": submit + wait + runtime,
         "runtime_s": runtime, "req_time_s": limit, "req_cpus": kind_cpus[kind], "req_accel": accel,
-        "req_mem_mb": -1, "partition": np.where(accel > 0, partitions[-1], partitions[0]),
-        "qos": "normal", "name": [f"job{k}" for k in kind], "status": status,
+        "partition": np.where(accel > 0, partitions[-1], partitions[0]),
+        "qos": "normal", "name": [f"job{k}" for k in kind], "state": state,
     })
-    return jobtable.normalize(df)
+    return table.normalize(df)

@@ -1,7 +1,7 @@
 """Accounting reports: what a heterogeneous cluster delivered, from sacct or a trace.
 
-sacct/trace → job table (jobs.py) → Report of tables and plots (metrics.py) → terminal,
-HTML or CSV. `slurm-hetero report` (cli.py) is the command; demos call these directly.
+sacct/trace → the job table (slurm_hetero.jobs) → Report of tables and plots (metrics.py)
+→ terminal, HTML or CSV. `slurm-hetero report` (cli.py) is the command; demos call these directly.
 The names below load on first use: pandas and matplotlib stay out of every other command.
 """
 

@@ -9,12 +9,11 @@ from pathlib import Path
 
 import click
 
-from slurm_hetero.cliutil import DEMO_SITE, console, reports_errors
+from slurm_hetero.cliutil import console, reports_errors, site_option
 
 
 @click.command("report")
-@click.option("--site", "site_path", type=click.Path(path_type=Path), default=None,
-              help="Site file (models, units, capacity) [default: the demo site]")
+@site_option
 @click.option("--since", help="Start: YYYY-MM-DD[THH:MM[:SS]], today, yesterday, -Nd, -Nh "
               "[default: 7 days ago; a trace's start]")
 @click.option("--until", help="End, same forms [default: now; a trace's end]")
@@ -29,7 +28,7 @@ from slurm_hetero.cliutil import DEMO_SITE, console, reports_errors
               help="sacct cache [default: ~/.cache/slurm-hetero/sacct]")
 @click.option("--no-cache", is_flag=True, help="Fetch every day from slurmdbd again.")
 @reports_errors
-def report(site_path: Path | None, since: str | None, until: str | None, partition: str | None,
+def report(site_path: Path, since: str | None, until: str | None, partition: str | None,
            output: Path | None, csv_dir: Path | None, trace: Path | None, cache_dir: Path | None,
            no_cache: bool) -> None:
     """Accounting report: utilisation, waits, energy, predictions, bridge decisions, users."""
@@ -41,14 +40,14 @@ def report(site_path: Path | None, since: str | None, until: str | None, partiti
         write_csv,
         write_html,
     )
-    from slurm_hetero.reports.data import default_cache_dir
     from slurm_hetero.site import load_site
     from slurm_hetero.slurm.runner import Runner
+    from slurm_hetero.slurm.sacct import default_cache_dir
 
     if trace:
         rep = trace_report(trace, since, until, partition)
     else:
-        rep = sacct_report(load_site(site_path or DEMO_SITE), Runner(), resolve_period(since, until),
+        rep = sacct_report(load_site(site_path), Runner(), resolve_period(since, until),
                            partition, None if no_cache else cache_dir or default_cache_dir(), progress=True)
     if csv_dir:
         console.print(f"wrote {len(write_csv(rep, csv_dir))} CSV files to {csv_dir}", markup=False,

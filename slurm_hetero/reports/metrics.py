@@ -20,10 +20,12 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
+from slurm_hetero.jobs import table as J
+from slurm_hetero.jobs.capacity import Capacity
 from slurm_hetero.reports import fmt
-from slurm_hetero.reports import jobs as J
 from slurm_hetero.reports.model import Plot, Report, Section, Table
 from slurm_hetero.reports.period import Period, bucket_edges, fmt_step, fmt_time
+from slurm_hetero.slurm.sacct import TERMINAL
 
 NO_VALUE = "(none)"
 Arr = np.ndarray
@@ -49,7 +51,7 @@ class Derived:
         self.device_hours = jobs["devices"].to_numpy() * self.hours
         self.unit_hours = jobs["units"].to_numpy() * self.hours
         self.cpu_hours = np.nan_to_num(jobs["ncpus"].to_numpy()) * self.hours
-        terminal = jobs["state"].isin(J.TERMINAL).to_numpy()
+        terminal = jobs["state"].isin(TERMINAL).to_numpy()
         self.finished = terminal & self.started
         self.never_started = terminal & ~self.started
 
@@ -75,7 +77,7 @@ class Derived:
         return out
 
 
-def build_report(jobs: pd.DataFrame, capacity: J.Capacity, period: Period, source: str,
+def build_report(jobs: pd.DataFrame, capacity: Capacity, period: Period, source: str,
                  pending: pd.DataFrame | None = None, notes: Sequence[str] = (),
                  partition: str | None = None, now: float | None = None) -> Report:
     """The whole report of `jobs` (already selected to the period and partition)."""
@@ -153,7 +155,7 @@ def _sum(x: pd.Series) -> float:
     return float(x.sum(min_count=1))
 
 
-def utilisation(d: Derived, cap: J.Capacity, period: Period, edges: list[float]) -> Section:
+def utilisation(d: Derived, cap: Capacity, period: Period, edges: list[float]) -> Section:
     hours = period.seconds / 3600.0
     f = d.frame()
     acc = f[d.text("model") != ""]
@@ -263,7 +265,8 @@ def percentile_table(f: pd.DataFrame, by: str, value: str = "wait") -> pd.DataFr
 def pending_jobs(jobs: pd.DataFrame) -> pd.DataFrame:
     """Waiting jobs as sacct recorded them (squeue's view is preferred when there is one)."""
     mask = (jobs["state"] == "PENDING").to_numpy()
-    return pd.DataFrame({"job": J.labels(jobs["job"])[mask], "partition": J.labels(jobs["partition"])[mask],
+    return pd.DataFrame({"job": J.labels(jobs["job_id"])[mask],
+                         "partition": J.labels(jobs["partition"])[mask],
                          "reason": J.labels(jobs["reason"])[mask],
                          "submit": jobs["submit"].to_numpy(dtype="float64")[mask]})
 
@@ -346,12 +349,12 @@ def energy(d: Derived) -> Section:
         sec.notes.append(f"energy recorded for {int((accel & has).sum())} of {int(accel.sum())} "
                          f"accelerator jobs: {unmetered} ran on nodes with no energy counter or "
                          "sampler (or before the node agent)")
-    run_h = np.nan_to_num(d.num("elapsed", has)) / 3600.0
+    run_h = np.nan_to_num(d.num("runtime_s", has)) / 3600.0
     policy, model = d.text("policy", has), d.text("model", has)
     f = pd.DataFrame({
-        "job": d.text("job", has), "name": d.text("name", has), "user": d.text("user", has),
+        "job": d.text("job_id", has), "name": d.text("name", has), "user": d.text("user", has),
         "model": np.where(model == "", J.CPU_CLASS, model), "devices": d.num("devices", has),
-        "policy": np.where(policy == "", NO_VALUE, policy), "elapsed_s": d.num("elapsed", has),
+        "policy": np.where(policy == "", NO_VALUE, policy), "elapsed_s": d.num("runtime_s", has),
         "run_hours": run_h, "energy_kwh": d.num("energy_j", has) / 3.6e6,
         "unit_hours": d.num("units", has) * run_h,
     })
@@ -385,7 +388,7 @@ def energy(d: Derived) -> Section:
 
 # ---- prediction ----------------------------------------------------------------------------
 
-ESTIMATORS = (("user estimate (time limit)", "limit"), ("bridge prediction p50", "pred_p50"))
+ESTIMATORS = (("user estimate (time limit)", "req_time_s"), ("bridge prediction p50", "pred_p50"))
 
 
 def accuracy(p: Arr, a: Arr) -> tuple[int, float, float]:
@@ -399,8 +402,8 @@ def accuracy(p: Arr, a: Arr) -> tuple[int, float, float]:
 
 def prediction(d: Derived, edges: list[float]) -> Section:
     sec = Section("prediction", "Runtime prediction")
-    fin = d.finished & (np.nan_to_num(d.num("elapsed")) > 0)
-    a, part, end = d.num("elapsed", fin), d.text("partition", fin), d.num("end", fin)
+    fin = d.finished & (np.nan_to_num(d.num("runtime_s")) > 0)
+    a, part, end = d.num("runtime_s", fin), d.text("partition", fin), d.num("end", fin)
     bucket = np.clip(np.searchsorted(np.asarray(edges), end, side="right") - 1, 0, len(edges) - 2)
     rows, prow = [], []
     series: dict[str, Arr] = {}
@@ -452,7 +455,7 @@ def bridge(d: Derived) -> Section:
     h = decided & d.started
     if (decided & ~d.started).any():
         sec.notes.append(f"{int((decided & ~d.started).sum()):,} jobs with a decision have not started")
-    kind, model = d.text("req_kind", h), d.text("model", h)
+    kind, model = d.text("accel_kind", h), d.text("model", h)
     f = pd.DataFrame({
         "req_kind": np.where(kind == "", "no --accel", kind),
         "model": np.where(model == "", J.CPU_CLASS, model),
@@ -481,7 +484,7 @@ def bridge(d: Derived) -> Section:
 def _cpu_parts(d: Derived) -> tuple[Arr, Arr]:
     """CPU-seconds used and allocated, for finished jobs that recorded CPU time."""
     used = d.num("cpu_time")
-    alloc = d.num("ncpus") * d.num("elapsed")
+    alloc = d.num("ncpus") * d.num("runtime_s")
     ok = d.finished & ~np.isnan(used) & (np.nan_to_num(alloc) > 0)
     return np.where(ok, used, 0.0), np.where(ok, alloc, 0.0)
 

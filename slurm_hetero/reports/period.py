@@ -1,51 +1,22 @@
-"""The time range of a report: parsing --since/--until, day chunks, plot buckets.
+"""The time range of a report: --since/--until as a period, plot buckets.
 
 Times are epoch seconds (floats) everywhere in the reports; sacct prints them that way
 under SLURM_TIME_FORMAT=%s, so no timezone parsing happens on job data. Only the user's
---since/--until and the day boundaries are local wall-clock times, as sacct reads them.
+--since/--until (`slurm.sacct.parse_when`) are local wall-clock times, as sacct reads them.
 """
 
 from __future__ import annotations
 
-import re
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from slurm_hetero.errors import InputError
+from slurm_hetero.slurm.sacct import parse_when
 
-DATE_FORMS = ("YYYY-MM-DD, YYYY-MM-DDTHH:MM[:SS], now, today, yesterday, "
-              "or -Nd / -Nh (N days / hours ago)")
-_RELATIVE = re.compile(r"^-?(\d+(?:\.\d+)?)\s*([dh])$")
 # Plot buckets, smallest first: the first that keeps a series at most MAX_BUCKETS long wins.
 BUCKET_STEPS = (10, 60, 300, 900, 3600, 6 * 3600, 86400, 7 * 86400, 30 * 86400)
 MAX_BUCKETS = 240
-
-
-def parse_when(text: str, option: str, now: float | None = None) -> float:
-    """A --since/--until value as epoch seconds (local time).
-
-    >>> parse_when("1970-01-02", "--since") == datetime(1970, 1, 2).timestamp()
-    True
-    """
-    now = time.time() if now is None else now
-    t = text.strip().lower()
-    midnight = datetime.fromtimestamp(now).replace(hour=0, minute=0, second=0, microsecond=0)
-    if t == "now":
-        return now
-    if t == "today":
-        return midnight.timestamp()
-    if t == "yesterday":
-        return (midnight - timedelta(days=1)).timestamp()
-    m = _RELATIVE.match(t)
-    if m:
-        hours = float(m.group(1)) * (24 if m.group(2) == "d" else 1)
-        return now - hours * 3600
-    try:
-        return datetime.fromisoformat(text.strip()).timestamp()
-    except ValueError:
-        raise InputError(f"{option} {text!r}: not a date or time; use {DATE_FORMS}") from None
 
 
 @dataclass(frozen=True)
@@ -86,22 +57,6 @@ def resolve_period(since: str | None, until: str | None, now: float | None = Non
         raise InputError(f"--since {since or fmt_time(start)!s} is not before --until "
                          f"{until or 'now'}: give an earlier --since or a later --until")
     return Period(start, end, explicit_start=since is not None, explicit_end=until is not None)
-
-
-def day_chunks(start: float, end: float) -> Iterator[tuple[float, float]]:
-    """[start, end) cut at local midnights: the unit of fetching and of caching."""
-    t = start
-    while t < end:
-        day = datetime.fromtimestamp(t).replace(hour=0, minute=0, second=0, microsecond=0)
-        nxt = min((day + timedelta(days=1)).timestamp(), end)
-        yield t, nxt
-        t = nxt
-
-
-def is_whole_day(start: float, end: float) -> bool:
-    d = datetime.fromtimestamp(start)
-    return (d.hour, d.minute, d.second) == (0, 0, 0) and \
-        datetime.fromtimestamp(end) == d + timedelta(days=1)
 
 
 def bucket_step(span: float) -> int:

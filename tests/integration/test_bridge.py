@@ -14,6 +14,8 @@ from slurm_hetero.devcluster import Cluster
 from slurm_hetero.slurm.jobs import sacct_jobs, submit, wait_done
 from slurm_hetero.slurm.scontrol import parse_job_record, show_job_argv
 
+pytestmark = pytest.mark.integration
+
 
 def show_job(c: Cluster, jid: int) -> dict[str, str]:
     keys = ["TresPerNode", "Partition", "Features", "QOS", "AdminComment", "CpuFreqGov", "TresFreq",

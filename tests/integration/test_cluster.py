@@ -23,6 +23,8 @@ from slurm_hetero.slurm.jobs import sacct_jobs, submit, wait_done
 from slurm_hetero.slurm.parse import parse_gres, parse_tres
 from tests.integration.conftest import ROOT, assert_nothing_left
 
+pytestmark = pytest.mark.integration
+
 
 def test_every_node_idle_with_declared_resources(cluster: Cluster, demo_site: Site) -> None:
     # Jobs of earlier tests may still be completing (their epilogs run): let them finish.

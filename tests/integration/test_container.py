@@ -25,6 +25,8 @@ from slurm_hetero.site import Site
 from slurm_hetero.slurm.jobs import sacct_jobs, submit, wait_done
 from slurm_hetero.slurm.scontrol import parse_job_devices, show_job_argv
 
+pytestmark = pytest.mark.integration
+
 PROBE = r"""
 echo "variant=$(cat /etc/hetero-variant)"
 echo "host=$(hostname)"

@@ -17,6 +17,8 @@ from slurm_hetero.slurm.jobs import sacct_jobs, submit, wait_done
 from slurm_hetero.slurm.parse import parse_duration_s, parse_kv_record
 from tests.predict_fixture import export_model
 
+pytestmark = pytest.mark.integration
+
 MARGIN = 20  # seconds: the daemon extends a shortened limit when less than this is left
 
 

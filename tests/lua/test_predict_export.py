@@ -13,7 +13,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from slurm_hetero.predict import export_lua, jobtable, synthetic
+from slurm_hetero.jobs import table as jobtable
+from slurm_hetero.predict import export_lua, synthetic
 from slurm_hetero.predict import features as F
 from slurm_hetero.predict.train import Model, TrainParams, train
 

@@ -7,8 +7,9 @@ import pandas as pd
 import pytest
 
 from slurm_hetero.errors import InputError
+from slurm_hetero.jobs import table as jobtable
 from slurm_hetero.predict import features as F
-from slurm_hetero.predict import jobtable, synthetic
+from slurm_hetero.predict import synthetic
 from slurm_hetero.predict.baselines import last_two, user_estimate
 
 
@@ -17,7 +18,7 @@ def jobs(*rows: tuple[str, int, int, int, int]) -> pd.DataFrame:
     return jobtable.normalize(pd.DataFrame([
         {"source": "t", "job_id": str(i), "user": u, "account": "", "submit": s, "start": st,
          "end": st + r, "runtime_s": r, "req_time_s": q, "req_cpus": 4, "req_accel": 0,
-         "req_mem_mb": -1, "partition": "", "qos": "", "name": "", "status": "completed"}
+         "partition": "", "qos": "", "name": "", "state": "COMPLETED"}
         for i, (u, s, st, r, q) in enumerate(rows)]))
 
 

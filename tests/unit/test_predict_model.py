@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import datetime
 from pathlib import Path
 
 import numpy as np
@@ -10,11 +11,14 @@ import pytest
 from click.testing import CliRunner
 
 from slurm_hetero.errors import InputError
+from slurm_hetero.jobs import table as jobtable
 from slurm_hetero.predict import features as F
-from slurm_hetero.predict import jobtable, synthetic
+from slurm_hetero.predict import synthetic
 from slurm_hetero.predict.cli import model as model_group
 from slurm_hetero.predict.evaluate import evaluate, metrics, split
 from slurm_hetero.predict.train import Model, TrainParams, train
+from slurm_hetero.slurm.sacct import DELIM, FIELDS
+from tests.fakeslurm import FakeSlurm, sacct_by_day
 
 FAST = TrainParams(rounds=40, quantile_rounds=20, student_rounds=15, student_quantile_rounds=10,
                    min_data_in_leaf=20, threads=1)
@@ -134,3 +138,32 @@ def test_cli_errors(tmp_path: Path) -> None:
     r = run.invoke(model_group, ["export", str(tmp_path / "m.json"), "--history", str(tmp_path / "both.parquet"),
                                  "-o", str(tmp_path / "x.lua")])
     assert r.exit_code == 2 and "not a slurm-hetero runtime model" in r.output
+
+
+def test_cli_ingest_from_sacct_resumes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def job(i: int, end: float, state: str = "COMPLETED") -> str:
+        row = dict.fromkeys(FIELDS, "")
+        row.update({"JobIDRaw": str(i), "JobID": str(i), "Cluster": "demo", "User": "ann", "State": state,
+                    "Submit": str(int(end) - 100), "Start": str(int(end) - 60), "End": str(int(end)),
+                    "ElapsedRaw": "60", "TimelimitRaw": "10", "ReqCPUS": "2", "ReqTRES": "cpu=2,gres/gpu=1",
+                    "NodeList": "n1"})
+        return DELIM.join(row[f] for f in FIELDS)
+
+    jan1 = datetime(2026, 1, 1).timestamp()
+    slurm = FakeSlurm(monkeypatch).on("sacct", sacct_by_day({
+        "2026-01-01": job(1, jan1 + 3600) + "\n" + job(2, jan1 + 7200),
+        "2026-01-02": job(3, jan1 + 86400 + 60, "RUNNING")}))
+    jobs = tmp_path / "jobs.parquet"
+    (tmp_path / "slurm.conf").write_text("ClusterName=demo\n")
+    args = ["ingest", "-o", str(jobs), "--sacct", "--since", "2025-12-31", "--until", "2026-01-03",
+            "--slurm-conf", str(tmp_path / "slurm.conf")]
+    r = CliRunner().invoke(model_group, args)
+    assert r.exit_code == 0, r.output
+    assert "sacct: 2 finished jobs" in r.output and "sacct:demo 2" in r.output
+    df = jobtable.read(jobs)
+    assert sorted(df["job_id"]) == ["1", "2"] and set(df["req_accel"]) == {1}
+    assert len(slurm.calls) == 3 and {c.slurm_conf for c in slurm.calls} == {str(tmp_path / "slurm.conf")}
+    r = CliRunner().invoke(model_group, args)
+    assert r.exit_code == 0, r.output
+    assert len(slurm.calls) == 4  # settled days come from JOBS.parts; the one with a running job is asked again
+    assert slurm.calls[-1].argv[slurm.calls[-1].argv.index("-S") + 1] == "2026-01-02T00:00:00"

@@ -15,14 +15,13 @@ from pathlib import Path
 
 import pytest
 
+from slurm_hetero.jobs.capacity import site_capacity
 from slurm_hetero.reports import write_html
-from slurm_hetero.reports.accounting import jobs_from_sacct, read_sacct
-from slurm_hetero.reports.jobs import site_capacity
 from slurm_hetero.reports.metrics import build_report
 from slurm_hetero.reports.period import Period
 from slurm_hetero.site import load_site
+from tests.report_fixture import psv_jobs
 
-DATA = Path(__file__).resolve().parents[1] / "data" / "reports"
 DEMO = Path(__file__).resolve().parents[2] / "site" / "demo" / "site.yaml"
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
@@ -60,8 +59,7 @@ needs_chromium = pytest.mark.skipif(CHROMIUM is None, reason="chromium is not in
 @needs_chromium
 def test_report_loads_cleanly_and_every_plot_draws(tmp_path: Path) -> None:
     site = load_site(DEMO)
-    texts = [(DATA / n).read_text() for n in ("sacct-22.05.psv", "sacct-handwritten.psv")]
-    jobs = jobs_from_sacct(read_sacct(texts).frame, site)
+    jobs = psv_jobs(site, "sacct-22.05.psv", "sacct-handwritten.psv")
     rep = build_report(jobs, site_capacity(site), Period(1796033000, 1796046000, True, True), "test data")
     html = write_html(rep, tmp_path / "report.html")
     page = open_in_chromium(html, tmp_path)
@@ -75,7 +73,7 @@ def test_report_loads_cleanly_and_every_plot_draws(tmp_path: Path) -> None:
 def test_the_check_catches_errors_and_broken_plots(tmp_path: Path) -> None:
     """The detector itself: a script error and an undecodable plot must both show."""
     site = load_site(DEMO)
-    jobs = jobs_from_sacct(read_sacct([(DATA / "sacct-22.05.psv").read_text()]).frame, site)
+    jobs = psv_jobs(site, "sacct-22.05.psv")
     rep = build_report(jobs, site_capacity(site), Period(1796033000, 1796034000, True, True), "t")
     html = write_html(rep, tmp_path / "broken.html")
     text = html.read_text()

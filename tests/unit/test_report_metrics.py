@@ -10,21 +10,15 @@ import pandas as pd
 import pytest
 
 from slurm_hetero.errors import InputError
-from slurm_hetero.reports import jobs as J
-from slurm_hetero.reports.accounting import jobs_from_sacct, read_sacct
+from slurm_hetero.jobs import table as J
+from slurm_hetero.jobs.capacity import Capacity, site_capacity
 from slurm_hetero.reports.metrics import accuracy, build_report, usage_series
 from slurm_hetero.reports.model import Report
-from slurm_hetero.reports.period import (
-    Period,
-    bucket_edges,
-    bucket_step,
-    day_chunks,
-    parse_when,
-    resolve_period,
-)
+from slurm_hetero.reports.period import Period, bucket_edges, bucket_step, resolve_period
 from slurm_hetero.site import load_site
+from slurm_hetero.slurm.sacct import day_chunks, parse_when
+from tests.report_fixture import psv_jobs
 
-DATA = Path(__file__).resolve().parents[1] / "data" / "reports"
 DEMO = Path(__file__).resolve().parents[2] / "site" / "demo" / "site.yaml"
 T0 = datetime(2026, 3, 2, 8, 0).timestamp()  # a Monday, 08:00 local
 H = 3600.0
@@ -34,14 +28,14 @@ def table(rows: list[dict[str, object]]) -> pd.DataFrame:
     cols: dict[str, object] = {c: [r.get(c, np.nan if c in J.NUMBERS else "") for r in rows]
                                for c in (*J.TEXT, *J.NUMBERS)}
     cols["hetero"] = [bool(r.get("hetero", False)) for r in rows]
-    return J.finish(cols, len(rows))
+    return J.build(cols, len(rows))
 
 
 def job(i: int, start_h: float, hours: float, **kw: object) -> dict[str, object]:
     base: dict[str, object] = {
-        "job": str(i), "user": "u1", "account": "a1", "partition": "gpu", "qos": "gold",
+        "job_id": str(i), "user": "u1", "account": "a1", "partition": "gpu", "qos": "gold",
         "state": "COMPLETED", "submit": T0, "eligible": T0, "start": T0 + start_h * H,
-        "end": T0 + (start_h + hours) * H, "elapsed": hours * H, "limit": 2 * hours * H, "ncpus": 4.0,
+        "end": T0 + (start_h + hours) * H, "runtime_s": hours * H, "req_time_s": 2 * hours * H, "ncpus": 4.0,
         "cpu_time": 2.0 * hours * H, "arch": "x86_64", "model": "a100-80gb", "accel_class": "a100-80gb",
         "devices": 2.0, "units": 2.0}
     base.update(kw)
@@ -53,11 +47,11 @@ def frame_of(rep: Report, slug: str) -> pd.DataFrame:
 
 
 @pytest.fixture(scope="module")
-def cap() -> J.Capacity:
-    return J.site_capacity(load_site(DEMO))
+def cap() -> Capacity:
+    return site_capacity(load_site(DEMO))
 
 
-def test_utilisation_counts_device_hours_inside_the_period(cap: J.Capacity) -> None:
+def test_utilisation_counts_device_hours_inside_the_period(cap: Capacity) -> None:
     jobs = table([job(1, 0, 2), job(2, 1, 4), job(3, 0, 1, model="h100", accel_class="h100", devices=1.0,
                                                    units=2.43)])
     period = Period(T0, T0 + 4 * H, True, True)  # job 2 runs past the end: 3 of its 4 hours count
@@ -87,10 +81,10 @@ def test_usage_series_matches_a_brute_force_integral() -> None:
         assert got[k] == pytest.approx((w * overlap).sum() / (b - a))
 
 
-def test_waits_percentiles_by_partition_qos_and_class(cap: J.Capacity) -> None:
+def test_waits_percentiles_by_partition_qos_and_class(cap: Capacity) -> None:
     waits = [0, 60, 120, 600, 3600]
     rows = [job(i, w / H, 1, partition="cpu" if i % 2 else "gpu") for i, w in enumerate(waits)]
-    rows.append(job(9, 0, 0, state="CANCELLED", start=np.nan, elapsed=0.0))  # never started
+    rows.append(job(9, 0, 0, state="CANCELLED", start=np.nan, runtime_s=0.0))  # never started
     rows.append(job(10, 0, 1, eligible=T0 + 3000, start=T0 + 3060, end=T0 + 6660))  # held: waited 60 s
     rep = build_report(table(rows), cap, Period(T0, T0 + 10 * H, True, True), "test")
     by_part = frame_of(rep, "waits_by_partition").set_index("partition")
@@ -103,7 +97,7 @@ def test_waits_percentiles_by_partition_qos_and_class(cap: J.Capacity) -> None:
     assert list(frame_of(rep, "waits_by_accel_class")["accel_class"]) == ["a100-80gb"]
 
 
-def test_pending_reasons_from_squeue(cap: J.Capacity) -> None:
+def test_pending_reasons_from_squeue(cap: Capacity) -> None:
     pending = pd.DataFrame({"job": ["7", "8", "9"], "partition": ["gpu", "gpu", "npu"],
                             "reason": ["Resources", "Resources", "Priority"],
                             "submit": [T0, T0 + 600, T0]})
@@ -120,7 +114,7 @@ def test_prediction_accuracy_and_under_prediction() -> None:
     assert (n, acc, under) == (3, pytest.approx((1 + 0.5 + 0.5) / 3), pytest.approx(100 / 3))
 
 
-def test_prediction_section_compares_the_bridge_with_the_user(cap: J.Capacity) -> None:
+def test_prediction_section_compares_the_bridge_with_the_user(cap: Capacity) -> None:
     rows = [job(1, 0, 1, pred_p50=1800.0, pred_p90=4000.0), job(2, 0, 2, pred_p50=7200.0, pred_p90=8000.0),
             job(3, 0, 1)]
     rep = build_report(table(rows), cap, Period(T0, T0 + 4 * H, True, True), "t")
@@ -131,7 +125,7 @@ def test_prediction_section_compares_the_bridge_with_the_user(cap: J.Capacity) -
     assert bridge["p90_covered_pct"] == 100.0
 
 
-def test_energy_policy_comparison_and_per_unit_hour(cap: J.Capacity) -> None:
+def test_energy_policy_comparison_and_per_unit_hour(cap: Capacity) -> None:
     rows = [job(1, 0, 1, name="train", policy="efficiency", energy_j=3.6e6),
             job(2, 0, 1.2, name="train", policy="efficiency", energy_j=3.6e6),
             job(3, 0, 0.8, name="train", policy="performance", energy_j=7.2e6),
@@ -151,12 +145,12 @@ def test_energy_policy_comparison_and_per_unit_hour(cap: J.Capacity) -> None:
     assert cmp["slowdown_pct"].iloc[0] == pytest.approx(100 * (1.1 / 0.8 - 1))
 
 
-def test_bridge_table_and_users(cap: J.Capacity) -> None:
-    rows = [job(1, 0, 1, hetero=True, req="any:2", req_kind="any", pool="v100@x86_64", model="v100",
+def test_bridge_table_and_users(cap: Capacity) -> None:
+    rows = [job(1, 0, 1, hetero=True, accel_spec="any:2", accel_kind="any", pool="v100@x86_64", model="v100",
                 accel_class="v100", units=0.82, user="ann"),
-            job(2, 0.5, 1, hetero=True, req="any:2", req_kind="any", pool="ascend-910b@aarch64",
+            job(2, 0.5, 1, hetero=True, accel_spec="any:2", accel_kind="any", pool="ascend-910b@aarch64",
                 model="ascend-910b", accel_class="ascend-910b", arch="aarch64", units=1.86, user="ann"),
-            job(3, 0, 2, hetero=True, req="units=2", req_kind="units", pool="a100-80gb@x86_64", user="bo"),
+            job(3, 0, 2, hetero=True, accel_spec="units=2", accel_kind="units", pool="a100-80gb@x86_64", user="bo"),
             job(4, 0, 1, model="", accel_class="cpu", devices=0.0, units=0.0, user="cy", cpu_time=3.6 * H)]
     rep = build_report(table(rows), cap, Period(T0, T0 + 4 * H, True, True), "t")
     where = frame_of(rep, "bridge_where").set_index(["req_kind", "model"])
@@ -168,21 +162,21 @@ def test_bridge_table_and_users(cap: J.Capacity) -> None:
     assert users.set_index("user").loc["cy", "cpu_eff_pct"] == pytest.approx(90.0)
 
 
-def test_empty_range_is_a_report_that_says_so(cap: J.Capacity) -> None:
-    rep = build_report(J.empty_jobs(), cap, Period(T0, T0 + H, True, True), "t", partition="npu")
+def test_empty_range_is_a_report_that_says_so(cap: Capacity) -> None:
+    rep = build_report(J.empty(), cap, Period(T0, T0 + H, True, True), "t", partition="npu")
     assert rep.empty is not None and rep.empty.startswith("no jobs in range") and "npu" in rep.empty
     assert [t.slug for t in rep.tables()] == ["summary"]
 
 
 def test_select_by_period_and_partition() -> None:
     jobs = table([job(1, 0, 1), job(2, 5, 1, partition="npu"), job(3, 0, 1, partition="cpu,gpu")])
-    assert list(J.select(jobs, T0 + 4 * H, T0 + 9 * H)["job"]) == ["2"]
-    assert list(J.select(jobs, T0, T0 + 9 * H, "gpu")["job"]) == ["1", "3"]
+    assert list(J.select(jobs, T0 + 4 * H, T0 + 9 * H)["job_id"]) == ["2"]
+    assert list(J.select(jobs, T0, T0 + 9 * H, "gpu")["job_id"]) == ["1", "3"]
 
 
-def test_report_of_the_handwritten_sacct_file(cap: J.Capacity) -> None:
+def test_report_of_the_handwritten_sacct_file(cap: Capacity) -> None:
     site = load_site(DEMO)
-    jobs = jobs_from_sacct(read_sacct([(DATA / "sacct-handwritten.psv").read_text()]).frame, site)
+    jobs = psv_jobs(site, "sacct-handwritten.psv")
     rep = build_report(jobs, cap, Period(1796040000, 1796046000, True, True), "t")
     states = set(dict(rep.summary)["by state"].split(", "))
     assert states == {"completed 5", "running 1", "pending 1", "cancelled 1", "timeout 1"}

@@ -6,8 +6,6 @@ import base64
 import csv
 import gzip
 import re
-import subprocess
-from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -15,27 +13,25 @@ from click.testing import CliRunner
 from rich.console import Console
 
 from slurm_hetero.errors import InputError
+from slurm_hetero.jobs.capacity import site_capacity
+from slurm_hetero.jobs.trace import KTH_SP2
 from slurm_hetero.reports import print_report, write_csv, write_html
-from slurm_hetero.reports.accounting import jobs_from_sacct, read_sacct
 from slurm_hetero.reports.cli import report as report_cmd
 from slurm_hetero.reports.fmt import cell, duration, header
-from slurm_hetero.reports.jobs import site_capacity
 from slurm_hetero.reports.metrics import build_report
 from slurm_hetero.reports.model import Report
 from slurm_hetero.reports.period import Period
 from slurm_hetero.site import load_site
-from slurm_hetero.slurm.runner import Runner, SlurmCommandError
+from tests.fakeslurm import FakeSlurm
+from tests.report_fixture import DATA, psv_jobs
 
-DATA = Path(__file__).resolve().parents[1] / "data" / "reports"
 DEMO = Path(__file__).resolve().parents[2] / "site" / "demo" / "site.yaml"
-TRACES = Path(__file__).resolve().parents[3] / "shared" / "traces"
 
 
 @pytest.fixture(scope="module")
 def rep() -> Report:
     site = load_site(DEMO)
-    texts = [(DATA / n).read_text() for n in ("sacct-22.05.psv", "sacct-handwritten.psv")]
-    jobs = jobs_from_sacct(read_sacct(texts).frame, site)
+    jobs = psv_jobs(site, "sacct-22.05.psv", "sacct-handwritten.psv")
     return build_report(jobs, site_capacity(site), Period(1796033000, 1796046000, True, True), "test data")
 
 
@@ -74,7 +70,7 @@ def test_html_is_self_contained_with_one_image_per_plot(rep: Report, tmp_path: P
 def test_text_from_the_data_is_escaped(tmp_path: Path) -> None:
     site = load_site(DEMO)
     text = (DATA / "sacct-handwritten.psv").read_text().replace("alice", "<b>alice</b>&")
-    jobs = jobs_from_sacct(read_sacct([text]).frame, site)
+    jobs = psv_jobs(site, texts=[text])
     rep = build_report(jobs, site_capacity(site), Period(1796040000, 1796046000, True, True), "t")
     html = write_html(rep, tmp_path / "r.html").read_text()
     assert "&lt;b&gt;alice&lt;/b&gt;&amp;" in html and "<b>alice" not in html
@@ -89,10 +85,8 @@ def test_formats() -> None:
 # ---- the command -------------------------------------------------------------------------
 
 def test_trace_to_html_and_csv(tmp_path: Path) -> None:
-    if not TRACES.is_dir():
-        pytest.skip("no shared traces")
     src = tmp_path / "kth.swf"
-    with gzip.open(TRACES / "KTH-SP2-1996-2.1-cln.swf.gz", "rt") as f:
+    with gzip.open(KTH_SP2, "rt") as f:
         src.write_text("".join(f.readlines()[:300]))
     r = CliRunner().invoke(report_cmd, ["--trace", str(src), "-o", str(tmp_path / "k.html"),
                                         "--csv", str(tmp_path / "csv")])
@@ -133,10 +127,7 @@ def test_unknown_partition_exits_2() -> None:
 
 
 def test_unreachable_slurmdbd_exits_1(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    def refuse(self: Runner, argv: Sequence[str], **_: object) -> subprocess.CompletedProcess[str]:
-        raise SlurmCommandError(argv, 1, "sacct: error: Problem talking to the database: Connection refused")
-
-    monkeypatch.setattr(Runner, "run", refuse)
+    FakeSlurm(monkeypatch).fail("sacct", "sacct: error: Problem talking to the database: Connection refused")
     r = CliRunner().invoke(report_cmd, ["--cache-dir", str(tmp_path)])
     assert r.exit_code == 1, r.output
     assert "cannot read job accounting" in r.output and "is slurmdbd running" in r.output

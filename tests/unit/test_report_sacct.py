@@ -1,12 +1,9 @@
-"""sacct text → job table, and the day-chunked, cached fetching (through a fake runner)."""
+"""sacct text → job table, and the day-chunked, cached fetching (through the fake Slurm)."""
 
 from __future__ import annotations
 
 import math
-import subprocess
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -14,12 +11,15 @@ import numpy as np
 import pytest
 
 from slurm_hetero.errors import RuntimeFailure
-from slurm_hetero.reports import accounting as A
-from slurm_hetero.reports.data import SacctSource, accounting_identity, chunk_settled
+from slurm_hetero.jobs.decisions import parse_admin_comment
+from slurm_hetero.jobs.sacct import cpu_seconds, from_sacct
+from slurm_hetero.reports.pending import parse_squeue_pending
 from slurm_hetero.site import Site, load_site
-from slurm_hetero.slurm.runner import Runner, SlurmCommandError
+from slurm_hetero.slurm.runner import Runner
+from slurm_hetero.slurm.sacct import DELIM, SacctDays, accounting_identity, chunk_settled
+from tests.fakeslurm import FakeSlurm
+from tests.report_fixture import DATA, PSV_FIELDS, psv_jobs, read_psv
 
-DATA = Path(__file__).resolve().parents[1] / "data" / "reports"
 DEMO = Path(__file__).resolve().parents[2] / "site" / "demo" / "site.yaml"
 
 
@@ -29,9 +29,7 @@ def site() -> Site:
 
 
 def _jobs(site: Site, *names: str) -> dict[str, dict[str, object]]:
-    raw = A.read_sacct((DATA / n).read_text() for n in names)
-    table = A.jobs_from_sacct(raw.frame, site)
-    return {str(r["job"]): r for r in table.to_dict("records")}
+    return {str(r["job_id"]): r for r in psv_jobs(site, *names).to_dict("records")}
 
 
 def test_captured_sacct_drops_steps_and_maps_gres_to_models(site: Site) -> None:
@@ -45,16 +43,16 @@ def test_captured_sacct_drops_steps_and_maps_gres_to_models(site: Site) -> None:
     assert (jobs["7"]["model"], jobs["7"]["accel_class"], jobs["7"]["arch"]) == ("", "cpu", "aarch64")
     # TotalCPU of the allocation line already sums the steps (00:00.997 = .612 + .384 + extern).
     assert jobs["9"]["cpu_time"] == pytest.approx(0.997)
-    assert jobs["11"]["limit"] == 300.0 and jobs["11"]["state"] == "COMPLETED"
-    assert jobs["1"]["submit"] == 1796033027.0 and jobs["1"]["elapsed"] == 3.0
+    assert jobs["11"]["req_time_s"] == 300.0 and jobs["11"]["state"] == "COMPLETED"
+    assert jobs["1"]["submit"] == 1796033027.0 and jobs["1"]["runtime_s"] == 3.0
 
 
 def test_bridge_decisions_read_from_the_admin_comment(site: Site) -> None:
     jobs = _jobs(site, "sacct-22.05.psv")
-    assert (jobs["4"]["hetero"], jobs["4"]["req_kind"], jobs["4"]["pool"]) == (True, "any", "v100@x86_64")
+    assert (jobs["4"]["hetero"], jobs["4"]["accel_kind"], jobs["4"]["pool"]) == (True, "any", "v100@x86_64")
     assert (jobs["4"]["tier"], jobs["4"]["policy"], jobs["4"]["why"]) == ("silver", "efficiency", "starts-now")
-    assert (jobs["5"]["req"], jobs["5"]["req_kind"]) == ("units=2", "units")
-    assert (jobs["12"]["req_kind"], jobs["12"]["policy"]) == ("named", "performance")
+    assert (jobs["5"]["accel_spec"], jobs["5"]["accel_kind"]) == ("units=2", "units")
+    assert (jobs["12"]["accel_kind"], jobs["12"]["policy"]) == ("named", "performance")
     assert jobs["1"]["hetero"] is False or not jobs["1"]["hetero"]
 
 
@@ -66,7 +64,7 @@ def test_handwritten_edge_cases(site: Site) -> None:
     # No top-level energy_j: the devices' energy adds up; a non-numeric util is ignored.
     assert (j102["energy_j"], j102["accel_util"]) == (3000000.0, 90.0)
     # A truncated decision is no decision; the job itself is still reported.
-    assert (jobs["103"]["hetero"], jobs["103"]["req"], jobs["103"]["model"]) == (False, "", "ascend-910b")
+    assert (jobs["103"]["hetero"], jobs["103"]["accel_spec"], jobs["103"]["model"]) == (False, "", "ascend-910b")
     # Free text in the admin comment; Slurm's own ConsumedEnergy is used when nothing else is.
     assert (jobs["104"]["hetero"], jobs["104"]["energy_j"]) == (False, 540000.0)
     assert math.isnan(jobs["105"]["end"]) and jobs["105"]["arch"] == "x86_64"  # a100-[01-02] → a100-01
@@ -80,7 +78,7 @@ def test_handwritten_edge_cases(site: Site) -> None:
 def test_the_node_agents_figures_after_sacctmgr_rewrote_the_quotes(site: Site) -> None:
     """The energy agent's "node_energy" as the real cluster stores it (quotes as backquotes)."""
     j = _jobs(site, "sacct-handwritten.psv")["111"]
-    assert (j["hetero"], j["req_kind"], j["pool"], j["why"]) == (True, "any", "ascend-910b@aarch64", "least-backlog")
+    assert (j["hetero"], j["accel_kind"], j["pool"], j["why"]) == (True, "any", "ascend-910b@aarch64", "least-backlog")
     assert j["energy_j"] == 780.3
     assert j["accel_util"] == pytest.approx(70.0)  # devices 0.8 and 0.6, as fractions
     assert j["policy"] == "efficiency"  # the policy the agent applied ("auto" resolved)
@@ -88,28 +86,28 @@ def test_the_node_agents_figures_after_sacctmgr_rewrote_the_quotes(site: Site) -
 
 def test_chunks_dedupe_jobs_seen_on_several_days(site: Site) -> None:
     text = (DATA / "sacct-handwritten.psv").read_text()
-    raw = A.read_sacct([text, text.replace("RUNNING", "COMPLETED")])
+    raw = read_psv([text, text.replace("RUNNING", "COMPLETED")])
     assert len(raw.frame) == 9
-    table = A.jobs_from_sacct(raw.frame, site)
-    assert table.loc[table["job"] == "105", "state"].iloc[0] == "COMPLETED"  # the later chunk wins
+    table = from_sacct(raw.frame, site)
+    assert table.loc[table["job_id"] == "105", "state"].iloc[0] == "COMPLETED"  # the later chunk wins
 
 
 def test_short_lines_are_counted_and_extra_separators_stay_in_the_comment(site: Site) -> None:
     lines = (DATA / "sacct-handwritten.psv").read_text().splitlines()
-    short = A.DELIM.join(lines[3].split(A.DELIM)[:5])
-    raw = A.read_sacct(["\n".join([*lines, short]) + "\n"])
+    short = DELIM.join(lines[3].split(DELIM)[:5])
+    raw = read_psv(["\n".join([*lines, short]) + "\n"])
     assert (len(raw.frame), raw.skipped) == (9, 1)
-    extra = lines[3] + A.DELIM + "tail"
-    raw = A.read_sacct(["\n".join([lines[0], extra]) + "\n"])
-    assert len(raw.frame) == 2 and raw.frame["AdminComment"].astype(str).iloc[1].endswith(A.DELIM + "tail")
+    extra = lines[3] + DELIM + "tail"
+    raw = read_psv(["\n".join([lines[0], extra]) + "\n"])
+    assert len(raw.frame) == 2 and raw.frame["AdminComment"].astype(str).iloc[1].endswith(DELIM + "tail")
 
 
 def test_unknown_gres_and_no_site_still_report(site: Site) -> None:
     text = (DATA / "sacct-handwritten.psv").read_text().replace("gres/gpu:h100=2", "gres/gpu:b200=2")
-    table = A.jobs_from_sacct(A.read_sacct([text]).frame, site)
-    row = table[table["job"] == "101"].iloc[0]
+    table = psv_jobs(site, texts=[text])
+    row = table[table["job_id"] == "101"].iloc[0]
     assert (row["model"], row["devices"]) == ("b200", 2.0) and math.isnan(row["units"])
-    bare = A.jobs_from_sacct(A.read_sacct([text]).frame, None)
+    bare = psv_jobs(None, texts=[text])
     assert set(bare["arch"]) <= {"unknown", ""}
 
 
@@ -117,21 +115,21 @@ def test_unknown_gres_and_no_site_still_report(site: Site) -> None:
     ("00:00.997", 0.997), ("12:34", 754.0), ("1:02:03", 3723.0), ("2-01:00:00", 176400.0), ("", math.nan),
     ("garbage", math.nan)])
 def test_cpu_seconds(text: str, expected: float) -> None:
-    got = A.cpu_seconds(text)
+    got = cpu_seconds(text)
     assert (math.isnan(got) and math.isnan(expected)) or got == pytest.approx(expected)
 
 
 def test_decisions_never_fail_on_odd_comments() -> None:
     for comment in ["", "{", "[1,2]", '{"hetero":1,"pred":[1],"devices":"x","energy_j":true}',
                     '{"hetero":1,"energy_j":1e400}', '{"other":1}', "null"]:
-        d = A.parse_admin_comment(comment)
+        d = parse_admin_comment(comment)
         assert d == {} or math.isnan(d["energy_j"])
-    agent_only = A.parse_admin_comment('{`node_energy`:{`h100-01`:{`energy_j`:12.5}}}')
+    agent_only = parse_admin_comment('{`node_energy`:{`h100-01`:{`energy_j`:12.5}}}')
     assert (agent_only["hetero"], agent_only["energy_j"]) == (False, 12.5)  # a plain job, metered
 
 
 def test_squeue_pending() -> None:
-    frame = A.parse_squeue_pending("8|cpu|gold|root|hetero|1796033267|JobHeldUser\n"
+    frame = parse_squeue_pending("8|cpu|gold|root|hetero|1796033267|JobHeldUser\n"
                                    "9|gpu,npu|gold|root|hetero|1796033268|(Resources)\n")
     assert list(frame["reason"]) == ["JobHeldUser", "Resources"]
     assert frame["submit"].tolist() == [1796033267.0, 1796033268.0]
@@ -139,57 +137,39 @@ def test_squeue_pending() -> None:
 
 # ---- fetching and caching ----------------------------------------------------------------
 
-@dataclass
-class FakeSacct(Runner):
-    """The runner patch point: answers sacct from canned text, records every call.
-
-    A dataclass like Runner, so the copy SacctSource makes keeps the text and the call list."""
-
-    slurm_conf: str | None = "/nonexistent/slurm.conf"
-    text: str = ""
-    fail: bool = False
-    calls: list[list[str]] = field(default_factory=list)
-
-    def run(self, argv: Sequence[str], *, check: bool = True, timeout: float | None = None,
-            input: str | None = None) -> subprocess.CompletedProcess[str]:
-        self.calls.append(list(argv))
-        assert self.extra_env.get("SLURM_TIME_FORMAT") == "%s"
-        if self.fail:
-            raise SlurmCommandError(argv, 1, "sacct: error: Problem talking to the database: "
-                                    "Connection refused")
-        return subprocess.CompletedProcess(argv, 0, self.text, "")
-
-
 def _midnight(days_ago: int) -> float:
     today = datetime.now().replace(hour=0, minute=0, second=0, microsecond=0)
     return (today - timedelta(days=days_ago)).timestamp()
 
 
-def test_past_settled_days_come_from_the_cache(tmp_path: Path) -> None:
+def test_past_settled_days_come_from_the_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     done = (DATA / "sacct-22.05.psv").read_text()
-    fake = FakeSacct(text=done)
+    slurm = FakeSlurm(monkeypatch).on("sacct", done)
     now = time.time()
-    src = SacctSource(fake, tmp_path, now=now)
+    runner = Runner(slurm_conf="/nonexistent/slurm.conf")
+    src = SacctDays(runner, tmp_path, fields=PSV_FIELDS, now=now)
     texts = src.texts(_midnight(3), now)
     assert len(texts) == 4 and (src.fetched, src.hits) == (4, 0)
-    again = SacctSource(fake, tmp_path, now=now)
+    again = SacctDays(runner, tmp_path, fields=PSV_FIELDS, now=now)
     assert again.texts(_midnight(3), now) == texts
     assert (again.fetched, again.hits) == (1, 3)  # only today is asked again
-    argv = fake.calls[0]
-    assert argv[:5] == ["sacct", "-a", "-n", "-P", f"--delimiter={A.DELIM}"]
-    assert argv[argv.index("-S") + 1] == datetime.fromtimestamp(_midnight(3)).strftime("%Y-%m-%dT%H:%M:%S")
+    call = slurm.calls[0]
+    assert call.argv[:5] == ["sacct", "-a", "-n", "-P", f"--delimiter={DELIM}"]
+    assert call.argv[call.argv.index("-S") + 1] == datetime.fromtimestamp(_midnight(3)).strftime("%Y-%m-%dT%H:%M:%S")
+    assert call.argv[call.argv.index("-o") + 1] == ",".join(PSV_FIELDS)
+    assert {c.env["SLURM_TIME_FORMAT"] for c in slurm.calls} == {"%s"}
 
 
 def test_a_day_with_a_running_job_is_never_cached(tmp_path: Path) -> None:
     running = (DATA / "sacct-handwritten.psv").read_text()
-    assert not chunk_settled(running, _midnight(1), time.time())
-    assert chunk_settled((DATA / "sacct-22.05.psv").read_text(), _midnight(1), time.time())
-    assert not chunk_settled((DATA / "sacct-22.05.psv").read_text(), time.time() - 60, time.time())
+    assert not chunk_settled(running, _midnight(1), time.time(), PSV_FIELDS)
+    assert chunk_settled((DATA / "sacct-22.05.psv").read_text(), _midnight(1), time.time(), PSV_FIELDS)
+    assert not chunk_settled((DATA / "sacct-22.05.psv").read_text(), time.time() - 60, time.time(), PSV_FIELDS)
 
 
-def test_unreachable_slurmdbd_is_a_runtime_failure_that_says_so(tmp_path: Path) -> None:
-    fake = FakeSacct(fail=True)
-    src = SacctSource(fake, None)
+def test_unreachable_slurmdbd_is_a_runtime_failure_that_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    FakeSlurm(monkeypatch).fail("sacct", "sacct: error: Problem talking to the database: Connection refused")
+    src = SacctDays(Runner(), None)
     with pytest.raises(RuntimeFailure) as e:
         src.texts(_midnight(0), time.time())
     assert "slurmdbd" in str(e.value) and "Connection refused" in str(e.value)
@@ -201,14 +181,20 @@ def test_cache_key_names_the_accounting_database(tmp_path: Path) -> None:
     ident = accounting_identity(Runner(slurm_conf=str(conf)))
     assert (ident["clustername"], ident["accountingstoragehost"], ident["accountingstorageport"]) == (
         "alpha", "db1", "6819")
-    a = SacctSource(Runner(slurm_conf=str(conf)), tmp_path).cache_dir
+
+    def folder(runner: Runner, cluster: str | None = None) -> Path:
+        cache = SacctDays(runner, tmp_path, cluster=cluster).cache
+        assert cache is not None
+        return cache.dir
+
+    a = folder(Runner(slurm_conf=str(conf)))
+    assert folder(Runner(slurm_conf=str(conf)), cluster="other") != a  # sacct -M other
     conf.write_text("ClusterName=beta\n")
-    b = SacctSource(Runner(slurm_conf=str(conf)), tmp_path).cache_dir
-    assert a != b
+    assert folder(Runner(slurm_conf=str(conf))) != a
 
 
 def test_energy_sentinels_are_unknown(site: Site) -> None:
     text = (DATA / "sacct-handwritten.psv").read_text().replace(
-        f"cpu-x86-02{A.DELIM}540000", f"cpu-x86-02{A.DELIM}18446744073709551614")
-    table = A.jobs_from_sacct(A.read_sacct([text]).frame, site)
-    assert np.isnan(table.loc[table["job"] == "104", "energy_j"].iloc[0])
+        f"cpu-x86-02{DELIM}540000", f"cpu-x86-02{DELIM}18446744073709551614")
+    table = psv_jobs(site, texts=[text])
+    assert np.isnan(table.loc[table["job_id"] == "104", "energy_j"].iloc[0])
