@@ -13,8 +13,6 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-STACKS = ("cuda", "rocm", "cann", "cpu")
-ACCEL_STACKS = ("cuda", "rocm", "cann")
 ARCHES = ("x86_64", "aarch64")
 DEFAULT_IMAGES_ROOT = "/var/lib/slurm-hetero/images"
 # Host folders a stack's containers need read-only (the Ascend driver's user-space part).

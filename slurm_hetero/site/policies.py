@@ -20,7 +20,6 @@ CPU_GOVERNORS = {
     "userspace": 0x80800000,
     "schedutil": 0x80400000,
 }
-GPU_FREQ_LEVELS = ("low", "medium", "high", "highm1")
 _CAP = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(%|W)\s*$", re.IGNORECASE)
 
 
@@ -121,7 +120,3 @@ class AutoRule:
             return "balanced", (f"no figure measured in {self.min_jobs} of the last {len(recent)} "
                                 "runs: balanced")
         return "balanced", ", ".join(seen)
-
-
-def policy_table(policies: Iterable[EnergyPolicy]) -> dict[str, EnergyPolicy]:
-    return {p.name: p for p in policies}

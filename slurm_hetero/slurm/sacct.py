@@ -38,6 +38,7 @@ import pandas as pd
 from pandas.api.types import union_categoricals
 
 from slurm_hetero.errors import InputError, RuntimeFailure
+from slurm_hetero.fileio import write_atomic
 from slurm_hetero.slurm.parse import SACCT_DELIMITER, parse_slurm_time
 from slurm_hetero.slurm.runner import Runner, SlurmCommandError
 
@@ -288,16 +289,9 @@ class SacctCache:
             return None
 
     def put(self, start: float, end: float, text: str) -> None:
-        """Whole or not at all: a temp file in the same folder, renamed over the entry.
-        (fileio.write_atomic shares this package's floor, so it is not imported here.)"""
-        path = self.path(start, end)
+        """Whole or not at all (fileio.write_atomic: a temp file renamed over the entry)."""
         self.dir.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        try:
-            tmp.write_bytes(gzip.compress(text.encode(), compresslevel=5))
-            tmp.replace(path)
-        finally:
-            tmp.unlink(missing_ok=True)
+        write_atomic(self.path(start, end), gzip.compress(text.encode(), compresslevel=5), mode=0o600)
 
 
 @dataclass(frozen=True)

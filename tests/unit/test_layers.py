@@ -13,8 +13,8 @@ from pathlib import Path
 PKG = Path(__file__).resolve().parents[2] / "slurm_hetero"
 
 FLOORS: dict[str, int] = {
-    "errors": 0,
-    "fileio": 1, "cliutil": 1, "templating": 1,
+    "errors": 0, "fileio": 0,
+    "cliutil": 1, "templating": 1,
     "slurm": 2,
     "site": 3,
     "jobs": 4,
