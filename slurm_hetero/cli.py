@@ -8,8 +8,11 @@ from typing import Any
 
 import click
 
+from slurm_hetero.checkpoint.cli import checkpoint
 from slurm_hetero.cliutil import DEMO_SITE, F, console, reports_errors, site_option
 from slurm_hetero.containers.cli import container
+from slurm_hetero.forecast.cli import forecast
+from slurm_hetero.monitor.cli import cluster_exporter, node_exporter
 from slurm_hetero.predict.cli import model
 from slurm_hetero.reports.cli import report
 
@@ -166,9 +169,11 @@ def bridge_snapshot(site_path: Path, output: Path) -> None:
 @click.option("--margin", type=float, default=120.0, show_default=True,
               help="Extend a shortened limit when fewer seconds than this are left.")
 @click.option("--pidfile", type=click.Path(path_type=Path), default=None)
+@click.option("--forecast", "with_forecast", is_flag=True,
+              help="Refresh the per-pool demand forecast each minute into the snapshot (asks slurmdbd).")
 @reports_errors
 def bridge_run(site_path: Path, snapshot: Path, every: float, margin: float,
-               pidfile: Path | None) -> None:
+               pidfile: Path | None, with_forecast: bool) -> None:
     """The bridge daemon: snapshot + heartbeat, limit extensions, SiteFactor (until SIGTERM)."""
     import os
 
@@ -176,8 +181,15 @@ def bridge_run(site_path: Path, snapshot: Path, every: float, margin: float,
     from slurm_hetero.site import load_site
     from slurm_hetero.slurm.runner import Runner
 
-    daemon = BridgeDaemon(load_site(site_path), Runner(), snapshot, every,
-                          extend=ExtendPolicy(margin_s=margin), log=console.print)
+    site = load_site(site_path)
+    forecaster = None
+    if with_forecast:  # forecast/ sits above the bridge: handed in, never imported by it
+        from slurm_hetero.forecast.live import Refresher
+        from slurm_hetero.slurm.sacct import default_cache_dir
+
+        forecaster = Refresher(site, Runner(), log=console.print, cache_root=default_cache_dir())
+    daemon = BridgeDaemon(site, Runner(), snapshot, every, extend=ExtendPolicy(margin_s=margin),
+                          log=console.print, forecaster=forecaster)
     if pidfile:
         pidfile.write_text(f"{os.getpid()}\n")
     try:
@@ -293,6 +305,10 @@ def demo(site_path: Path, workdir: Path | None) -> None:
 main.add_command(report)
 main.add_command(container)
 main.add_command(model)
+main.add_command(forecast)
+main.add_command(checkpoint)
+main.add_command(cluster_exporter, "exporter")
+node.add_command(node_exporter, "exporter")
 
 if __name__ == "__main__":
     main()
