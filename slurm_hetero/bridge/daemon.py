@@ -28,6 +28,7 @@ from slurm_hetero.errors import RuntimeFailure
 from slurm_hetero.site.model import Site
 from slurm_hetero.slurm.comment import parse_comment
 from slurm_hetero.slurm.runner import Runner
+from slurm_hetero.slurm.scontrol import update_job_argv
 from slurm_hetero.slurm.squeue import SQUEUE_JSON_ARGV, QueuedJob, parse_squeue_json
 
 Log = Callable[[str], None]
@@ -149,7 +150,7 @@ class BridgeDaemon:
             if new is None:
                 continue
             try:
-                self.runner.run(["scontrol", "update", f"JobId={j.job_id}", f"TimeLimit={new}"])
+                self.runner.run(update_job_argv(j.job_id, TimeLimit=new))
             except RuntimeFailure as e:  # the job may have ended meanwhile; next round retries
                 self.log(f"job {j.job_id}: limit not extended: {e}")
                 continue
@@ -171,7 +172,7 @@ class BridgeDaemon:
                         and math.isfinite(p50) else (j.limit_min or 60) * 60.0)
             value = self.factor.site_factor(estimate, j.waited_s)
             if value != self.factors.get(j.job_id):
-                self.runner.run(["scontrol", "update", f"JobId={j.job_id}", f"SiteFactor={value}"],
+                self.runner.run(update_job_argv(j.job_id, SiteFactor=value),
                                 check=False)  # the job may have started meanwhile
                 self.factors[j.job_id] = value
                 done += 1

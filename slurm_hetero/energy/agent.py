@@ -31,10 +31,16 @@ from slurm_hetero.energy.state import AgentConfig, NodeState, config_path
 from slurm_hetero.errors import RuntimeFailure
 from slurm_hetero.fileio import write_json_atomic as write_json
 from slurm_hetero.site.policies import EnergyPolicy
-from slurm_hetero.slurm.comment import merge_comment, parse_comment
+from slurm_hetero.slurm.comment import db_comment_argv, merge_comment, parse_comment, set_db_comment_argv
 from slurm_hetero.slurm.parse import parse_slurm_time
 from slurm_hetero.slurm.runner import Runner
-from slurm_hetero.slurm.scontrol import parse_id_list, parse_job_devices, parse_job_record, show_job_argv
+from slurm_hetero.slurm.scontrol import (
+    listpids_argv,
+    parse_id_list,
+    parse_job_devices,
+    parse_job_record,
+    show_job_argv,
+)
 
 log = logging.getLogger("slurm-hetero.agent")
 KINDS = ("gpu", "npu")
@@ -334,8 +340,7 @@ def update_comment(job_id: str, node: str, summary: dict[str, Any]) -> None:
         t0 = time.monotonic()
         db = db_comment(job_id) if multi else ""
         merged = merge_comment(merge_comment(db, ctld), mine)
-        SLURM.run(["sacctmgr", "-i", "modify", "job", "where", f"jobid={job_id}", "set",
-                   f"AdminComment={merged}"])
+        SLURM.run(set_db_comment_argv(job_id, merged))
         if not multi:
             return
         time.sleep(max(0.5, 3 * (time.monotonic() - t0)) * random.uniform(1.0, 1.5))
@@ -346,7 +351,7 @@ def update_comment(job_id: str, node: str, summary: dict[str, Any]) -> None:
 
 
 def db_comment(job_id: str) -> str:
-    r = SLURM.run(["sacct", "-X", "-n", "-P", "-j", job_id, "-o", "AdminComment"], check=False)
+    r = SLURM.run(db_comment_argv(job_id), check=False)
     return r.stdout.strip().splitlines()[0] if r.returncode == 0 and r.stdout.strip() else ""
 
 
@@ -387,7 +392,7 @@ def job_record(job_id: str) -> dict[str, str] | None:
 
 
 def job_holds_devices(job_id: str, node: str) -> bool:
-    has_steps = SLURM.run(["scontrol", "listpids", job_id, node], check=False).returncode == 0
+    has_steps = SLURM.run(listpids_argv(job_id, node), check=False).returncode == 0
     return has_steps or holds_devices(job_record(job_id), node, False, time.time())
 
 

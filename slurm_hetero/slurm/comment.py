@@ -48,3 +48,20 @@ def _merge(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     for k, v in b.items():
         out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
     return out
+
+
+def db_comment_argv(job_id: str) -> list[str]:
+    """sacct's record of a job's admin comment (after the job ended)."""
+    if not job_id.isdigit():
+        raise ValueError(f"job id {job_id!r} is not a number")
+    return ["sacct", "-X", "-n", "-P", "-j", job_id, "-o", "AdminComment"]
+
+
+def set_db_comment_argv(job_id: str, comment: str) -> list[str]:
+    """`sacctmgr modify job` of the admin comment: the only way once the job has ended.
+    The comment is our own JSON (one argv element; sacctmgr stores `"` as a backquote)."""
+    if not job_id.isdigit():
+        raise ValueError(f"job id {job_id!r} is not a number")
+    if "\n" in comment or len(comment) > MAX_COMMENT:
+        raise ValueError("an admin comment is one line under 64 KiB")
+    return ["sacctmgr", "-i", "modify", "job", "where", f"jobid={job_id}", "set", f"AdminComment={comment}"]

@@ -41,10 +41,40 @@ class AmbiguousRecord(RuntimeFailure):
 
 
 def show_job_argv(job_id: str | int, detail: bool = False) -> list[str]:
+    return ["scontrol", "show", "job", *(["-d"] if detail else []), _job(job_id)]
+
+
+_UPDATE_KEY = re.compile(r"[A-Za-z]{1,32}")
+_UPDATE_VALUE = re.compile(r"[A-Za-z0-9_:.,/+-]{1,256}")
+
+
+def update_job_argv(job_id: str | int, **fields: str | int) -> list[str]:
+    """`scontrol update JobId=N Key=Value ...` for values the project computes (limits,
+    factors): each value one token of a safe alphabet, never text with spaces or `=`.
+
+    >>> update_job_argv(7, TimeLimit=20)
+    ['scontrol', 'update', 'JobId=7', 'TimeLimit=20']
+    """
+    argv = ["scontrol", "update", f"JobId={_job(job_id)}"]
+    for key, value in fields.items():
+        if not _UPDATE_KEY.fullmatch(key) or not _UPDATE_VALUE.fullmatch(str(value)):
+            raise ValueError(f"scontrol update {key}={str(value)[:40]!r}: not a plain key and value")
+        argv.append(f"{key}={value}")
+    return argv
+
+
+def listpids_argv(job_id: str | int, node: str) -> list[str]:
+    """`scontrol listpids JOB NODE`: exit 0 while a slurmstepd of the job runs on NODE."""
+    if not re.fullmatch(r"[A-Za-z0-9._-]{1,128}", node):
+        raise ValueError(f"node name {node[:40]!r}")
+    return ["scontrol", "listpids", _job(job_id), node]
+
+
+def _job(job_id: str | int) -> str:
     job = str(job_id)
     if not job.isdigit():
         raise ValueError(f"job id {job!r} is not a number")
-    return ["scontrol", "show", "job", *(["-d"] if detail else []), job]
+    return job
 
 
 def _key_hits(text: str, key: str) -> list[str]:
