@@ -11,12 +11,16 @@ class Profile:
     """Deployment-specific settings. Defaults are a conventional production layout."""
 
     conf_dir: str = "/etc/slurm"
-    ctld_host: str = "slurmctld"
+    # issue 12: None takes the site's (slurm.cluster_name, slurm.controllers, slurm.accounting),
+    # else the greenfield defaults: ClusterName = the site's name, controller `slurmctld`,
+    # accounting on `slurmdbd:6819`. Set them to override the site (the dev cluster does).
+    cluster_name: str | None = None
+    ctld_host: str | None = None  # set: the only controller, `ctld_host(ctld_addr)`
     ctld_addr: str | None = None
     ctld_port: int = 6817
     slurmd_port: int = 6818
-    dbd_host: str = "slurmdbd"
-    dbd_port: int = 6819
+    dbd_host: str | None = None
+    dbd_port: int | None = None
     state_dir: str = "/var/spool/slurmctld"
     spool_dir: str = "/var/spool/slurmd"
     log_dir: str = "/var/log/slurm"
@@ -33,7 +37,8 @@ class Profile:
     node_ports: dict[str, int] = field(default_factory=dict)
     node_addr: str = "127.0.0.1"
     # job_desc.tres_per_node reads "gres:gpu:1" before Slurm 23.02 and "gres/gpu:1" after.
-    slurm_version: tuple[int, int] = (22, 5)
+    # None: the site's slurm.version, else 22.05 (`conf render` passes what it detected).
+    slurm_version: tuple[int, int] | None = None
     snapshot_check_s: int = 2
     # The node agent (energy policies, metering) as Slurm Prolog/Epilog; None: not wired.
     prolog: str | None = "/usr/local/bin/slurm-hetero-prolog"

@@ -22,8 +22,17 @@ from slurm_hetero.conf.bridge import bridge_context
 from slurm_hetero.conf.containers import container_context
 from slurm_hetero.conf.devices import device_files, device_paths
 from slurm_hetero.conf.profile import Profile
+from slurm_hetero.conf.slurmconf import (
+    effective_profile,
+    gres_coverage,
+    gres_names_kept,
+    place_site_lines,
+    slurm_view,
+    with_kept_gres_lines,
+)
 from slurm_hetero.errors import InputError
 from slurm_hetero.site.model import NodeGroup, Site
+from slurm_hetero.site.slurmlines import NODE_ADDRESSING
 from slurm_hetero.slurm.parse import parse_duration_s
 from slurm_hetero.templating import environment, lua_long_string
 
@@ -48,7 +57,18 @@ STACK_DEVICES = {"cuda": "nvml", "rocm": "amdsmi", "cann": "npu-smi"}
 COUNTERLESS_STACKS = frozenset({"cann"})
 
 
+def _words(options: tuple[tuple[str, str], ...], state: str, skip: frozenset[str] = frozenset()
+           ) -> tuple[str, str]:
+    """(State, the other option words as ' K=V ...') of a node group's or partition's options."""
+    for key, value in options:
+        if key.lower() == "state":
+            state = value
+    rest = "".join(f" {k}={v}" for k, v in options if k.lower() != "state" and k.lower() not in skip)
+    return state, rest
+
+
 def _context(site: Site, profile: Profile) -> dict[str, object]:
+    slurm = slurm_view(site, profile)
     partitions = []
     for p in site.partitions:
         groups = site.groups_in(p.name)
@@ -56,11 +76,21 @@ def _context(site: Site, profile: Profile) -> dict[str, object]:
         models = {a.model.id: a.model for g in groups for a in g.accelerators}
         weights += [f"GRES/{m.gres_name}:{m.gres_type}={round(m.units * site.billing.unit, 2)}"
                     for m in models.values()]
-        nodes = (NodeSet.fromlist([g.names for g in groups]) if len(groups) <= FOLD_TERMS_MAX
-                 else ",".join(g.names for g in groups))
-        partitions.append({"p": p, "nodes": str(nodes), "billing": ",".join(weights)})
+        terms = [g.names for g in groups] + ([p.extra_nodes] if p.extra_nodes else [])
+        nodes = NodeSet.fromlist(terms) if len(terms) <= FOLD_TERMS_MAX else ",".join(terms)
+        state, opts = _words(p.options, "UP")
+        partitions.append({"p": p, "nodes": str(nodes), "billing": ",".join(weights),
+                           "state": state, "opts": opts})
+    # The dev cluster writes each node's address and port itself.
+    skip = NODE_ADDRESSING if profile.node_ports else frozenset()
+    node_groups = [{"g": g, **dict(zip(("state", "opts"), _words(g.options, "UNKNOWN", skip),
+                                       strict=True))} for g in site.node_groups]
     tres = ["gres/gpu", "gres/npu", "gres/shard"]
     tres += [f"gres/{m.gres_name}:{m.gres_type}" for m in site.models_in_use]
+    tres += [t for t in site.slurm.accounting_tres if t.lower() not in {x.lower() for x in tres}]
+    # The site's own gres.conf lines replace the generated ones of the nodes they cover
+    # (not on the dev cluster, whose device files are emulated per node).
+    covered = {} if profile.node_ports else gres_coverage(site)
     gres_lines = []
     for g in site.node_groups:
         if not g.accelerators:
@@ -69,7 +99,8 @@ def _context(site: Site, profile: Profile) -> dict[str, object]:
             for node in g.nodes:
                 gres_lines += [{"nodes": node, **ln} for ln in device_files(g, node, profile)]
         else:
-            gres_lines += [{"nodes": g.names, **ln} for ln in device_files(g, None, profile)]
+            gres_lines += [{"nodes": g.names, **ln} for ln in device_files(g, None, profile)
+                           if not _covered(covered, str(ln["name"]), g.names)]
     gres_partitions: dict[str, list[str]] = {}
     for p in site.partitions:
         for g in site.groups_in(p.name):
@@ -80,15 +111,18 @@ def _context(site: Site, profile: Profile) -> dict[str, object]:
                         gres_partitions[name].append(p.name)
     return {
         "site": site,
+        "slurm": slurm,
         "gres_partitions": gres_partitions,
         "profile": profile,
         "partitions": partitions,
+        "node_groups": node_groups,
         "accounting_tres": ",".join(tres),
         "gres_types": sorted({m.gres_name for m in site.models_in_use}
                              | ({"shard"} if any(a.shards_per_device for g in site.node_groups
-                                                 for a in g.accelerators) else set())),
+                                                 for a in g.accelerators) else set())
+                             | (set() if profile.node_ports else gres_names_kept(site))),
         "gres_lines": gres_lines,
-        "gres_prefix": "gres:" if profile.slurm_version < (23, 2) else "gres/",
+        "gres_prefix": slurm.gres_prefix,
         "model_lua": lua_long_string(profile.model_lua) if profile.model_lua else None,
         "partition_limits": {p.name: m for p in site.partitions
                              if (m := slurm_minutes(p.default_time or p.max_time)) is not None},
@@ -116,11 +150,25 @@ def slurm_minutes(text: str | None) -> int | None:
     return None if seconds is None else math.ceil(seconds / 60)
 
 
+def _covered(covered: dict[str, NodeSet | None], name: str, nodes: str) -> bool:
+    if name not in covered:
+        return False
+    within = covered[name]
+    return within is None or bool(NodeSet(nodes) & within)
+
+
 def render_site(site: Site, profile: Profile | None = None) -> dict[str, str]:
     """Render every configuration file of the site: {filename: text}."""
-    profile = profile or Profile()
+    given = profile or Profile()
+    profile = effective_profile(site, given)
     env, ctx = environment(), _context(site, profile)
-    files = {name: env.get_template(name + ".j2").render(ctx) for name in OUTPUTS}
+    files = {name: env.get_template(name + ".j2").render(ctx) for name in OUTPUTS if name != "slurm.conf"}
+    slurm_conf = env.get_template("slurm.conf.j2")
+    files["slurm.conf"] = place_site_lines(lambda lines: slurm_conf.render({**ctx, "site_lines": lines}),
+                                           site, given)
+    if site.slurm.gres_lines and not profile.node_ports:
+        files["gres.conf"] = with_kept_gres_lines(files["gres.conf"], site.slurm.gres_lines)
+    files = {name: files[name] for name in OUTPUTS}  # in OUTPUTS' order
     files["hetero-agent.json"] = agent_config(site, profile)
     if site.path is not None:  # the bridge daemon's unit reads it from the same folder
         files[SITE_COPY] = Path(site.path).read_text(encoding="utf-8")

@@ -29,6 +29,7 @@ from slurm_hetero.site.catalog import (
     normalize,
 )
 from slurm_hetero.site.containers import load_containers
+from slurm_hetero.site.installation import load_slurm, options_of
 from slurm_hetero.site.limits import (
     MAX_CPUS_PER_NODE,
     MAX_DEVICES_PER_NODE,
@@ -223,7 +224,7 @@ def _schema_message(err: jsonschema.ValidationError) -> tuple[str, str]:
         return msg, ("allowed keys: " + ", ".join(allowed)) if allowed else ""
     if err.validator == "required":
         return msg, "see site/demo/site.yaml for a complete example"
-    if err.validator in ("type", "maximum", "exclusiveMaximum") and desc:
+    if err.validator in ("type", "maximum", "exclusiveMaximum", "enum") and desc:
         return msg, desc  # e.g. quote versions: "12.4"; devices of one model per node: 1 to 64
     return msg, ""
 
@@ -347,7 +348,8 @@ class _Builder:
             seen.add(p["name"])
             out.append(Partition(p["name"], bool(p.get("default", False)),
                                  p.get("max_time", "UNLIMITED"), p.get("default_time"),
-                                 bool(p.get("predicted_limits", False))))
+                                 bool(p.get("predicted_limits", False)),
+                                 options_of(p.get("options")), p.get("extra_nodes", "")))
         if sum(p.default for p in out) > 1:
             self.err(("partitions",), "more than one partition has default: true",
                      "mark exactly one partition as the default (or none)")
@@ -455,6 +457,7 @@ class _Builder:
                 supported_frameworks=tuple(g.get("supported_frameworks", [])),
                 partitions=tuple(g["partitions"]), accelerators=tuple(accels),
                 extra_features=tuple(g.get("features", [])),
+                options=options_of(g.get("options")),
             ))
         used = {p for g in self.data["node_groups"] for p in g["partitions"]}
         for i, p in enumerate(self.data["partitions"]):
@@ -574,6 +577,7 @@ def load_site_text(text: str, source: str = "<site>", path: Path | None = None) 
     policies, auto = b.energy()
     node_agent = b.node_agent()
     images, containers, groups = load_containers(data, groups, b.err)  # containers (issue 6)
+    slurm = load_slurm(data, groups, partitions, b.err)  # issue 12: the existing installation
     if b.problems:
         raise SiteError(source, [p.format(source, positions) for p in b.problems])
     billing = Billing(**(data.get("billing") or {}))
@@ -581,7 +585,7 @@ def load_site_text(text: str, source: str = "<site>", path: Path | None = None) 
                 catalog=models, normalization=norm, node_groups=groups, partitions=partitions,
                 qos=qos, default_qos=default_qos, billing=billing, energy_policies=policies,
                 energy_auto=auto, node_agent=node_agent,
-                images=images, containers=containers)
+                images=images, containers=containers, slurm=slurm)
 
 
 def decode_site_bytes(raw: bytes, source: str) -> str:

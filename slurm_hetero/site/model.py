@@ -40,6 +40,8 @@ class NodeGroup:
     # containers (issue 6): per stack, what the nodes' drivers run; the nodes' fabric.
     drivers: tuple[tuple[str, DriverInfo], ...] = ()
     fabric: str | None = None
+    # issue 12: more NodeName words of an existing site, as written (TmpDisk, State, ...).
+    options: tuple[tuple[str, str], ...] = ()
 
     @property
     def cpus(self) -> int:
@@ -89,6 +91,10 @@ class Partition:
     max_time: str = "UNLIMITED"
     default_time: str | None = None
     predicted_limits: bool = False  # backfill mode: limits set to the predicted quantile
+    # issue 12: more PartitionName words of an existing site (AllowGroups, QOS, State, ...),
+    # and nodes of slurm.keep_nodes (not modeled) that are in this partition too.
+    options: tuple[tuple[str, str], ...] = ()
+    extra_nodes: str = ""
 
 
 @dataclass(frozen=True)
@@ -120,6 +126,35 @@ class NodeAgent:
 
 
 @dataclass(frozen=True)
+class Controller:
+    """A SlurmctldHost: the host's name as Slurm knows it, optionally the address to use."""
+
+    host: str
+    addr: str | None = None
+
+    def __str__(self) -> str:
+        return f"{self.host}({self.addr})" if self.addr else self.host
+
+
+@dataclass(frozen=True)
+class SlurmSettings:
+    """issue 12: the Slurm installation a site already runs. Every field is optional; the
+    defaults render what a greenfield site gets (controller `slurmctld`, accounting on
+    `slurmdbd`). Lines are kept as written and placed by `conf render`."""
+
+    cluster_name: str | None = None  # None: the site's name
+    controllers: tuple[Controller, ...] = ()  # primary, then backups; (): "slurmctld"
+    accounting_host: str | None = None  # None: "slurmdbd"
+    accounting_port: int | None = None  # None: 6819
+    accounting_tres: tuple[str, ...] = ()  # more AccountingStorageTRES entries
+    version: tuple[int, int] | None = None  # None: detected where rendered, else 22.05
+    extra_lines: tuple[str, ...] = ()  # slurm.conf lines passed through
+    keep_nodes: tuple[str, ...] = ()  # NodeName lines of nodes not modeled
+    keep_partitions: tuple[str, ...] = ()  # PartitionName lines of partitions not modeled
+    gres_lines: tuple[str, ...] = ()  # gres.conf lines passed through
+
+
+@dataclass(frozen=True)
 class Site:
     name: str
     path: Path | None
@@ -137,6 +172,13 @@ class Site:
     # containers (issue 6): the image catalog by NAME:TAG, and container settings.
     images: dict[str, Image] = field(default_factory=dict)
     containers: ContainerSettings = field(default_factory=ContainerSettings)
+    # issue 12: controllers, accounting, version and lines of an existing installation.
+    slurm: SlurmSettings = field(default_factory=SlurmSettings)
+
+    @property
+    def cluster_name(self) -> str:
+        """Slurm's ClusterName (sacctmgr's cluster): slurm.cluster_name, else the site's name."""
+        return self.slurm.cluster_name or self.name
 
     @property
     def models_in_use(self) -> list[AccelModel]:

@@ -1,4 +1,11 @@
-"""The Ansible role deploys the rendered files and verifies the real cluster with sinfo."""
+"""The Ansible role against the real dev cluster: order, restarts, idempotence, check mode, QoS.
+
+Every "host" is this machine (ansible_connection=local) with its own folders, so one run
+has a controller and a compute node (and a login node). Slurm commands go to the session's
+cluster (SLURM_CONF); the restart commands are replaced by ones that record, in order, what
+would have been restarted where, and the reconfigure command records whether the compute
+node already had its files before it runs the real `scontrol reconfigure`.
+"""
 
 from __future__ import annotations
 
@@ -12,76 +19,325 @@ from pathlib import Path
 import pytest
 
 from slurm_hetero.devcluster import Cluster
+from slurm_hetero.site import Site
 
 ROOT = Path(__file__).resolve().parents[2]
 PLAYBOOK = ROOT / "ansible" / "playbooks" / "deploy.yml"
+LOCAL = f"ansible_connection=local ansible_python_interpreter={sys.executable}"
+CONTROLLER_FILES = ("job_submit.lua", "qos.sacctmgr", "site.yaml")
+ALL_FILES = ("slurm.conf", "gres.conf", "cgroup.conf", "plugstack.conf", "hetero-agent.json", "oci.conf",
+             "hetero-containers.json", "hetero-taskprolog", "hetero-healthcheck")
+RECAP = re.compile(r"^(\S+)\s+: ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.M)
+
+pytestmark = pytest.mark.integration
 
 
-def deploy(c: Cluster, dest: Path, tmp: Path, group: str = "slurm_controller", src: Path | None = None,
-           **more: object) -> subprocess.CompletedProcess[str]:
-    inventory = tmp / "inventory"
-    inventory.write_text(f"[{group}]\nlocalhost ansible_connection=local "
-                         f"ansible_python_interpreter={sys.executable}\n")
-    extra = {"slurm_hetero_conf_src": str(src or c.etc), "slurm_hetero_conf_dir": str(dest),
-             "slurm_hetero_slurm_conf_env": {"SLURM_CONF": str(c.conf)}, "ansible_become": False,
-             **more}
+def inventory(tmp: Path, groups: dict[str, list[str]]) -> Path:
+    """An inventory of local hosts, each with its own conf and systemd folders under tmp/hosts/."""
+    lines = []
+    for group, hosts in groups.items():
+        lines.append(f"[{group}]")
+        for h in hosts:
+            lines.append(f"{h} {LOCAL} slurm_hetero_conf_dir={tmp / 'hosts' / h / 'etc'} "
+                         f"slurm_hetero_systemd_dir={tmp / 'hosts' / h / 'units'}")
+    tmp.mkdir(parents=True, exist_ok=True)
+    path = tmp / "inventory"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def recorder(log: Path, what: str) -> list[str]:
+    """A restart command that appends `WHAT HOST` to log."""
+    return ["sh", "-c", 'echo "$1 $2" >> "$3"', "sh", what, "{{ inventory_hostname }}", str(log)]
+
+
+def playbook(inv: Path, extra: dict[str, object], *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(inventory), str(PLAYBOOK),
-         "-e", json.dumps(extra)],
+        [str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(inv), str(PLAYBOOK),
+         "-e", json.dumps(extra), *args],
         capture_output=True, text=True, timeout=300, cwd=ROOT / "ansible", check=False)
 
 
-def test_role_deploys_and_verifies(cluster: Cluster, tmp_path: Path) -> None:
-    dest, units = tmp_path / "etc-slurm", tmp_path / "systemd"
-    units.mkdir()
-    r = deploy(cluster, dest, tmp_path, slurm_hetero_sampler=True, slurm_hetero_systemd_dir=str(units))
+def deploy(c: Cluster, tmp: Path, inv: Path, *args: str, src: Path | None = None,
+           **more: object) -> subprocess.CompletedProcess[str]:
+    log = tmp / "restarts.log"
+    log.touch()
+    # The compute node's folder must hold the files being deployed when reconfigure runs.
+    node = tmp / "hosts" / "node1" / "etc"
+    reconfigure = ["sh", "-c", 'if cmp -s "$2/gres.conf" "$3/gres.conf" && cmp -s "$2/slurm.conf" "$3/slurm.conf"; '
+                   'then echo reconfigure >> "$1"; else echo reconfigure-before-node-files >> "$1"; fi; '
+                   'exec scontrol reconfigure', "sh", str(log), str(node), "{{ slurm_hetero_conf_src }}"]
+    extra = {"slurm_hetero_conf_src": str(src or c.etc), "slurm_hetero_slurm_conf_env": {"SLURM_CONF": str(c.conf)},
+             "ansible_become": False, "slurm_hetero_slurmctld_restart_command": recorder(log, "slurmctld"),
+             "slurm_hetero_slurmd_restart_command": recorder(log, "slurmd"),
+             "slurm_hetero_reconfigure_command": reconfigure if "\nnode1 " in inv.read_text() else
+             ["sh", "-c", 'echo reconfigure >> "$1"; exec scontrol reconfigure', "sh", str(log)],
+             # Units are installed, never started: test machines need not run systemd.
+             "slurm_hetero_manage_services": False,
+             **more}
+    return playbook(inv, extra, *args)
+
+
+def restarts(tmp: Path) -> list[str]:
+    return (tmp / "restarts.log").read_text().splitlines()
+
+
+def changed(r: subprocess.CompletedProcess[str]) -> dict[str, int]:
+    counts = {m[1]: int(m[3]) for m in RECAP.finditer(r.stdout)}
+    assert counts, r.stdout[-3000:]
+    return counts
+
+
+def snapshot(folder: Path) -> dict[str, tuple[bytes, int]]:
+    return {str(p): (p.read_bytes(), p.stat().st_mtime_ns) for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def task(stdout: str, name: str) -> str:
+    """The output of one task (the first with that name)."""
+    return stdout.split(f"[slurm_hetero : {name}]", 1)[1].split("\nTASK [", 1)[0].split("\nRUNNING HANDLER [", 1)[0]
+
+
+def test_role_deploys_in_order_then_changes_nothing(cluster: Cluster, tmp_path: Path) -> None:
+    inv = inventory(tmp_path, {"slurm_controller": ["ctl"], "slurm_compute": ["node1"]})
+    hosts = tmp_path / "hosts"
+    units = {"slurm_hetero_sampler": True, "slurm_hetero_bridge": True}
+    r = deploy(cluster, tmp_path, inv, **units)
     assert r.returncode == 0, r.stdout[-3000:]
-    for name in ("slurm.conf", "gres.conf", "cgroup.conf", "plugstack.conf", "job_submit.lua",
-                 "hetero-agent.json", "oci.conf", "hetero-containers.json", "hetero-taskprolog",
-                 "hetero-healthcheck"):
-        assert (dest / name).read_text() == (cluster.etc / name).read_text(), name
-    for script in ("hetero-taskprolog", "hetero-healthcheck"):  # what slurm.conf runs
-        assert (dest / script).stat().st_mode & 0o777 == 0o755, script
+    assert all(n > 0 for n in changed(r).values()) and set(changed(r)) == {"ctl", "node1"}
+
+    # Each host got what its role needs, byte for byte; scripts slurm.conf runs are executable.
+    for host in ("ctl", "node1"):
+        etc = hosts / host / "etc"
+        for name in ALL_FILES:
+            assert (etc / name).read_text() == (cluster.etc / name).read_text(), (host, name)
+        for script in ("hetero-taskprolog", "hetero-healthcheck"):
+            assert (etc / script).stat().st_mode & 0o777 == 0o755, (host, script)
+        for name in CONTROLLER_FILES:
+            assert (etc / name).exists() == (host == "ctl"), (host, name)
+    # The daemons' units only where they run, each with the role's Restart=always drop-in.
+    assert sorted(p.name for p in (hosts / "ctl" / "units").glob("*.service")) == ["hetero-bridge.service"]
+    assert sorted(p.name for p in (hosts / "node1" / "units").glob("*.service")) == ["hetero-sampler.service"]
+    sampler = (hosts / "node1" / "units" / "hetero-sampler.service").read_text()
+    assert "node sample --every 1" in sampler and "npu-[01-02]" in sampler
+    bridge = (hosts / "ctl" / "units" / "hetero-bridge.service").read_text()
+    assert bridge == (cluster.etc / "hetero-bridge.service").read_text()
+    for host, unit in (("ctl", "hetero-bridge"), ("node1", "hetero-sampler")):
+        dropin = (hosts / host / "units" / f"{unit}.service.d" / "slurm-hetero-role.conf").read_text()
+        assert "\nRestart=always\n" in dropin and "StartLimitIntervalSec=0" in dropin, dropin
+    assert "skipping: [ctl]" in task(r.stdout, "Those units enabled and running (controller)")
+
+    # Order: compute and login nodes first, then the controller, then slurmctld's restart (a
+    # new slurm.conf), one reconfigure (once the node had its files), then slurmd, then verify.
+    marks = ["TASK [slurm_hetero : Configuration files (nodes)]",
+             "TASK [slurm_hetero : Configuration files (controller)]",
+             "RUNNING HANDLER [slurm_hetero : Restart slurmctld]",
+             "RUNNING HANDLER [slurm_hetero : Reconfigure slurm]",
+             "RUNNING HANDLER [slurm_hetero : Restart slurmd]",
+             "TASK [slurm_hetero : Nodes down or drained after deploying]"]
+    at = [r.stdout.index(m) for m in marks]
+    assert at == sorted(at), list(zip(marks, at, strict=True))
+    assert restarts(tmp_path) == ["slurmctld ctl", "reconfigure", "slurmd node1"]
     assert "Slurm sees the accelerators the configuration declares" in r.stdout
-    # The sampler's unit is installed; starting it needs systemd, which this machine lacks.
-    unit = (units / "hetero-sampler.service").read_text()
-    assert "node sample --every 1" in unit and "npu-[01-02]" in unit
-    task = r.stdout.split("TASK [slurm_hetero : Device sampler running]")[1].split("TASK [")[0]
-    assert "skipping: [localhost]" in task, task
+    assert "no node became unusable" in r.stdout
+
+    # Second run: nothing to do anywhere, nothing restarted.
+    r = deploy(cluster, tmp_path, inv, **units)
+    assert r.returncode == 0, r.stdout[-3000:]
+    assert changed(r) == {"ctl": 0, "node1": 0}, r.stdout[-3000:]
+    assert len(restarts(tmp_path)) == 3
+
+    # Check mode with nothing to change: succeeds, reports nothing.
+    r = deploy(cluster, tmp_path, inv, "--check", "--diff", **units)
+    assert r.returncode == 0, r.stdout[-3000:]
+    assert changed(r) == {"ctl": 0, "node1": 0}, r.stdout[-3000:]
+
+    # A new gres.conf and a slurm.conf change that reconfigure applies (DefMemPerCPU).
+    src = tmp_path / "src"
+    shutil.copytree(cluster.etc, src)
+    (src / "gres.conf").write_text((src / "gres.conf").read_text() + "# changed by the test\n")
+    conf = (src / "slurm.conf").read_text()
+    assert "\nDefMemPerCPU=1024\n" in conf
+    (src / "slurm.conf").write_text(conf.replace("\nDefMemPerCPU=1024\n", "\nDefMemPerCPU=2048\n"))
+    # --check --diff shows it and changes nothing: not a file, not a daemon.
+    before = snapshot(hosts)
+    r = deploy(cluster, tmp_path, inv, "--check", "--diff", src=src, **units)
+    assert r.returncode == 0, r.stdout[-3000:]
+    assert changed(r)["node1"] > 0 and changed(r)["ctl"] > 0
+    assert "+DefMemPerCPU=2048" in r.stdout and "+# changed by the test" in r.stdout
+    assert snapshot(hosts) == before
+    assert len(restarts(tmp_path)) == 3
+    # Applied: reconfigure (after the node got its files), slurmd restarted on the compute
+    # node only (gres.conf), slurmctld not (no restart-only key changed).
+    r = deploy(cluster, tmp_path, inv, src=src, **units)
+    assert r.returncode == 0, r.stdout[-3000:]
+    assert restarts(tmp_path)[3:] == ["reconfigure", "slurmd node1"]
+    assert (hosts / "node1" / "etc" / "gres.conf").read_text().endswith("# changed by the test\n")
+
+    # A node definition changes: slurmctld restarted (not only reconfigured), then slurmd.
+    conf = (src / "slurm.conf").read_text()
+    line = re.search(r"(?m)^NodeName=cpu-x86-01 .*$", conf)
+    assert line and " Weight=1 " in line[0]
+    (src / "slurm.conf").write_text(conf.replace(line[0], line[0].replace(" Weight=1 ", " Weight=3 ")))
+    r = deploy(cluster, tmp_path, inv, src=src, **units)
+    assert r.returncode == 0, r.stdout[-3000:]
+    assert restarts(tmp_path)[5:] == ["slurmctld ctl", "reconfigure", "slurmd node1"]
+    assert "changed: NodeName: slurmctld is restarted" in r.stdout
+
+
+def assoc_qos(c: Cluster, account: str) -> set[str]:
+    rows = [ln.split("|") for ln in c.runner.out(["sacctmgr", "-P", "-n", "show", "assoc", "where", f"account={account}",
+                                                   "format=Account,User,QOS"]).splitlines()]
+    [row] = [r for r in rows if r[0] == account and r[1] == ""]
+    return {q for q in row[2].split(",") if q}
+
+
+def qos_commands(stdout: str) -> list[list[str]]:
+    out = task(stdout, "QoS tiers created or updated, and added to the accounts (qos+=, their other QoS kept)")
+    m = re.search(r"=> (\{.*\})\s*$", out, re.M)
+    assert m, out
+    return list(json.loads(m[1])["commands"])
+
+
+def test_qos_tiers_idempotent_and_accounts_keep_their_qos(cluster: Cluster, demo_site: Site,
+                                                          tmp_path: Path) -> None:
+    account, keep, tier = "hetero-ansible", "hetero-keep", "hetero-ansible-tier"
+    sacctmgr = ["sacctmgr", "-i"]
+    cluster.runner.run([*sacctmgr, "add", "qos", keep])
+    cluster.runner.run([*sacctmgr, "add", "account", account, f"cluster={demo_site.name}", f"qos={keep}"])
+    try:
+        assert assoc_qos(cluster, account) == {keep}
+        root = assoc_qos(cluster, "root")
+        src = tmp_path / "src"
+        shutil.copytree(cluster.etc, src)
+        script = (src / "qos.sacctmgr").read_text()
+        assert "set QOS=" in script  # what the role must never run as written
+        (src / "qos.sacctmgr").write_text(
+            script + f"sacctmgr -i add qos {tier}\n"
+            f"sacctmgr -i modify qos where name={tier} set Priority=7 UsageFactor=1.5 Preempt=silver\n")
+        inv = inventory(tmp_path, {"slurm_controller": ["ctl"]})
+        more = {"slurm_hetero_qos_accounts": [account], "slurm_hetero_verify": False}
+
+        # Check mode: says what it would run, runs nothing.
+        r = deploy(cluster, tmp_path, inv, "--check", "--diff", src=src, **more)
+        assert r.returncode == 0, r.stdout[-3000:]
+        assert f"sacctmgr -i add qos {tier}" in r.stdout and "qos+=diamond,gold,silver" in r.stdout
+        assert tier not in cluster.runner.out([*sacctmgr, "-n", "-P", "show", "qos", "format=Name"]).split()
+        assert assoc_qos(cluster, account) == {keep}
+
+        r = deploy(cluster, tmp_path, inv, "-v", src=src, **more)
+        assert r.returncode == 0, r.stdout[-3000:]
+        commands = qos_commands(r.stdout)
+        assert commands == [
+            [*sacctmgr, "add", "qos", tier],
+            [*sacctmgr, "modify", "qos", "where", f"name={tier}", "set", "Priority=7", "UsageFactor=1.5",
+             "Preempt=silver"],
+            [*sacctmgr, "modify", "account", "where", f"name={account}", f"cluster={demo_site.name}", "set",
+             "qos+=diamond,gold,silver"]], commands
+        # The account kept the QoS it had; root's list is untouched.
+        assert assoc_qos(cluster, account) == {keep, "diamond", "gold", "silver"}
+        assert assoc_qos(cluster, "root") == root
+        row = cluster.runner.out([*sacctmgr, "-n", "-P", "show", "qos", "where", f"name={tier}",
+                                  "format=Name,Priority,UsageFactor,Preempt"]).strip()
+        assert row == f"{tier}|7|1.500000|silver"
+
+        # Again: nothing to do.
+        r = deploy(cluster, tmp_path, inv, src=src, **more)
+        assert r.returncode == 0, r.stdout[-3000:]
+        assert changed(r) == {"ctl": 0}, r.stdout[-3000:]
+
+        # One setting changes: only that field is modified.
+        (src / "qos.sacctmgr").write_text((src / "qos.sacctmgr").read_text().replace("Priority=7", "Priority=9"))
+        r = deploy(cluster, tmp_path, inv, "-v", src=src, **more)
+        assert r.returncode == 0, r.stdout[-3000:]
+        assert qos_commands(r.stdout) == [[*sacctmgr, "modify", "qos", "where", f"name={tier}", "set", "Priority=9"]]
+    finally:
+        cluster.runner.run([*sacctmgr, "delete", "account", f"name={account}"], check=False)
+        cluster.runner.run([*sacctmgr, "delete", "qos", f"name={keep},{tier}"], check=False)
 
 
 def test_compute_nodes_need_the_node_agent_installed(cluster: Cluster, tmp_path: Path) -> None:
-    r = deploy(cluster, tmp_path / "ok", tmp_path, group="slurm_compute")
+    inv = inventory(tmp_path, {"slurm_compute": ["node1"]})
+    r = deploy(cluster, tmp_path, inv)
     assert r.returncode == 0, r.stdout[-3000:]  # the dev cluster's prolog/epilog exist here
+    assert restarts(tmp_path) == ["slurmd node1"]  # no controller in the play: no reconfigure
     src = tmp_path / "conf"
     shutil.copytree(cluster.etc, src)
     conf = (src / "slurm.conf").read_text()
     (src / "slurm.conf").write_text(re.sub(r"(?m)^Prolog=.*$", "Prolog=/opt/missing/slurm-hetero-prolog", conf))
-    r = deploy(cluster, tmp_path / "bad", tmp_path, group="slurm_compute", src=src)
+    inv = inventory(tmp_path / "bad", {"slurm_compute": ["node2"]})
+    r = deploy(cluster, tmp_path, inv, src=src)
     assert r.returncode != 0
     assert "slurm.conf runs /opt/missing/slurm-hetero-prolog for every job" in r.stdout, r.stdout[-2000:]
-    assert not (tmp_path / "bad").exists()  # checked before anything is copied
+    assert not (tmp_path / "bad" / "hosts").exists()  # checked before anything is copied
 
 
-def test_role_fails_on_a_drained_node(cluster: Cluster, tmp_path: Path) -> None:
-    cluster.runner.run(["scontrol", "update", "NodeName=cpu-arm-02", "State=DRAIN", "Reason=testing"])
+def test_role_fails_only_on_nodes_the_deployment_made_unusable(cluster: Cluster, tmp_path: Path) -> None:
+    inv = inventory(tmp_path, {"slurm_controller": ["ctl"]})
+    quick = {"slurm_hetero_verify_retries": 2, "slurm_hetero_verify_delay": 1}
+    cluster.runner.run(["scontrol", "update", "NodeName=cpu-arm-01", "State=DRAIN", "Reason=in repair"])
     try:
-        r = deploy(cluster, tmp_path / "etc-slurm", tmp_path)
+        # A node drained before (in repair) is reported, not held against the deployment.
+        r = deploy(cluster, tmp_path, inv, **quick)
+        assert r.returncode == 0, r.stdout[-3000:]
+        assert "no node became unusable (already down or drained before: cpu-arm-01)" in r.stdout
+        # A node the deployment drains (here: the "restart" of slurmctld does) fails it.
+        inv = inventory(tmp_path / "again", {"slurm_controller": ["ctl"]})
+        drain = ["scontrol", "update", "NodeName=cpu-arm-02", "State=DRAIN", "Reason=broken by deploy"]
+        r = deploy(cluster, tmp_path, inv, slurm_hetero_slurmctld_restart_command=drain, **quick)
     finally:
-        cluster.runner.run(["scontrol", "update", "NodeName=cpu-arm-02", "State=RESUME"])
+        cluster.runner.run(["scontrol", "update", "NodeName=cpu-arm-01,cpu-arm-02", "State=RESUME"])
     assert r.returncode != 0
-    assert "nodes down or drained after deploying: cpu-arm-02" in r.stdout
+    assert ("nodes down or drained after deploying: cpu-arm-02 drained broken by deploy "
+            "(already so before, not counted: cpu-arm-01)") in r.stdout, r.stdout[-3000:]
 
 
-@pytest.mark.parametrize("bad", ["", "/nonexistent/conf"])
+def test_manifest_says_which_hosts_get_which_file(cluster: Cluster, tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    shutil.copytree(cluster.etc, src)
+    (src / "manifest.json").write_text(json.dumps({"version": 1, "files": [
+        {"name": "slurm.conf", "hosts": "all"}, {"name": "gres.conf", "hosts": "all"},
+        {"name": "hetero-healthcheck", "hosts": "compute", "mode": "0755"},
+        {"name": "job_submit.lua", "hosts": "controller", "mode": "0640"},
+        {"name": "qos.sacctmgr", "hosts": "controller"},
+        {"name": "hetero-sampler.service", "hosts": "compute"}]}))
+    inv = inventory(tmp_path, {"slurm_controller": ["ctl"], "slurm_compute": ["node1"],
+                                "slurm_login": ["login1"]})
+    r = deploy(cluster, tmp_path, inv, src=src, slurm_hetero_verify=False, slurm_hetero_apply_qos=False)
+    assert r.returncode == 0, r.stdout[-3000:]
+    ctl, node = tmp_path / "hosts" / "ctl" / "etc", tmp_path / "hosts" / "node1" / "etc"
+    # Login nodes get what every host reads (sbatch, srun and the SPANK plugin read slurm.conf).
+    assert sorted(p.name for p in (tmp_path / "hosts" / "login1" / "etc").iterdir()) == ["gres.conf", "slurm.conf"]
+    assert sorted(p.name for p in ctl.iterdir()) == ["gres.conf", "job_submit.lua", "qos.sacctmgr", "slurm.conf"]
+    assert sorted(p.name for p in node.iterdir()) == ["gres.conf", "hetero-healthcheck", "slurm.conf"]
+    assert (ctl / "job_submit.lua").stat().st_mode & 0o777 == 0o640
+    assert (node / "hetero-healthcheck").stat().st_mode & 0o777 == 0o755
+    assert not (tmp_path / "hosts" / "node1" / "units").exists()  # slurm_hetero_sampler is off
+
+
+@pytest.mark.parametrize("bad", ["no folder", "no such folder", "path in manifest", "manifest version",
+                                 "file missing"])
 def test_role_input_errors_are_clear(cluster: Cluster, tmp_path: Path, bad: str) -> None:
-    inventory = tmp_path / "inventory"
-    inventory.write_text(f"[slurm_controller]\nlocalhost ansible_connection=local "
-                         f"ansible_python_interpreter={sys.executable}\n")
-    r = subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(inventory),
-                        str(PLAYBOOK), "-e", json.dumps({"slurm_hetero_conf_src": bad,
-                                                          "ansible_become": False})],
-                       capture_output=True, text=True, timeout=120, cwd=ROOT / "ansible", check=False)
+    src = tmp_path / "src"
+    shutil.copytree(cluster.etc, src)
+    manifest = {"version": 1, "files": [{"name": "slurm.conf", "hosts": "all"}]}
+    conf_src, expect = str(src), ""
+    if bad == "no folder":
+        conf_src, expect = "", "slurm_hetero_conf_src must name the folder"
+    elif bad == "no such folder":
+        conf_src, expect = "/nonexistent/conf", "slurm.conf is missing from /nonexistent/conf"
+    elif bad == "path in manifest":
+        manifest["files"].append({"name": "../../etc/passwd", "hosts": "all"})
+        expect = 'bad entry {"name": "../../etc/passwd", "hosts": "all"}'
+    elif bad == "manifest version":
+        del manifest["version"]
+        expect = "manifest.json must be {\"version\": 1"
+    elif bad == "file missing":
+        manifest["files"].append({"name": "nosuch.conf", "hosts": "all"})
+        expect = f"nosuch.conf is missing from {src}"
+    (src / "manifest.json").write_text(json.dumps(manifest))
+    inv = inventory(tmp_path, {"slurm_controller": ["ctl"]})
+    r = deploy(cluster, tmp_path, inv, src=src, slurm_hetero_conf_src=conf_src)
     assert r.returncode != 0
-    assert ("slurm_hetero_conf_src must name the folder" in r.stdout if not bad
-            else "slurm.conf is missing from /nonexistent/conf" in r.stdout), r.stdout[-2000:]
+    assert expect in r.stdout, r.stdout[-2000:]
+    assert not (tmp_path / "hosts").exists()  # nothing was copied
+    assert restarts(tmp_path) == []

@@ -96,7 +96,7 @@ CASES = [
         ["site.yaml:6:5: node_groups[0]: Additional properties are not allowed "
          "('cores_per_sockets' was unexpected)\n    hint: allowed keys: accelerators, architecture, "
          "compute_units, cores_per_socket, cpus, drivers, fabric, features, memory, memory_bandwidth, names, "
-         "partitions, resource_type, sockets, supported_frameworks, threads_per_core",
+         "options, partitions, resource_type, sockets, supported_frameworks, threads_per_core",
          "site.yaml:6:5: node_groups[0]: 'cores_per_socket' is a required property\n"
          "    hint: see site/demo/site.yaml for a complete example"],
     ),

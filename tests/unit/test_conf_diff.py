@@ -1,0 +1,121 @@
+"""`conf diff SITE --against DIR`: what a render would change in a live folder, nothing
+written; exit 0 no changes, 1 changes, 2 bad input."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import click
+import pytest
+from click.testing import CliRunner
+
+from slurm_hetero.conf.cli import conf_diff
+from slurm_hetero.conf.diff import diff_files
+from slurm_hetero.conf.render import MODES, render_site, write_files
+from slurm_hetero.errors import InputError
+from slurm_hetero.site import load_site
+
+ROOT = Path(__file__).resolve().parents[2]
+DEMO = ROOT / "site" / "demo" / "site.yaml"
+OLD = ROOT / "tests" / "data" / "import" / "22.05"
+
+
+def _group() -> click.Group:
+    group = click.Group()
+    group.add_command(conf_diff)
+    return group
+
+
+def snapshot(folder: Path) -> dict[str, tuple[bytes, int, int]]:
+    return {p.name: (p.read_bytes(), p.stat().st_mode, p.stat().st_mtime_ns) for p in folder.iterdir()}
+
+
+@pytest.fixture(autouse=True)
+def no_installed_slurm(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The command asks the installed Slurm for its release: here, as if there were none."""
+    monkeypatch.setattr("slurm_hetero.conf.cli.detect_slurm_version", lambda: None)
+
+
+@pytest.fixture
+def live(tmp_path: Path) -> Path:
+    """The demo site as `conf render` writes it (22.05: no slurm.version, no Slurm asked)."""
+    out = tmp_path / "etc"
+    write_files(render_site(load_site(DEMO)), out)
+    return out
+
+
+def test_a_fresh_render_has_no_changes(live: Path) -> None:
+    result = diff_files(render_site(load_site(DEMO)), live, MODES)
+    assert result.text == "" and result.changed == ()
+
+
+def test_changed_missing_and_mode_changed_files(live: Path) -> None:
+    conf = (live / "slurm.conf").read_text()
+    (live / "slurm.conf").write_text(conf.replace("SlurmdDebug=info\n", "SlurmdDebug=verbose\nKillWait=60\n"))
+    (live / "gres.conf").unlink()
+    os.chmod(live / "hetero-taskprolog", 0o644)
+    result = diff_files(render_site(load_site(DEMO)), live, MODES)
+    assert result.changed == ("slurm.conf", "gres.conf", "hetero-taskprolog")
+    lines = result.text.splitlines()
+    assert f"--- {live}/slurm.conf" in lines and "+++ rendered/slurm.conf" in lines
+    assert "-SlurmdDebug=verbose" in lines and "-KillWait=60" in lines and "+SlurmdDebug=info" in lines
+    start = lines.index(f"diff {live}/gres.conf rendered/gres.conf")
+    assert lines[start + 1:start + 4] == ["new file mode 644", "--- /dev/null", "+++ rendered/gres.conf"]
+    start = lines.index(f"diff {live}/hetero-taskprolog rendered/hetero-taskprolog")
+    assert lines[start + 1:start + 3] == ["old mode 644", "new mode 755"]
+
+
+def test_the_command_exits_1_on_changes_and_writes_nothing(live: Path) -> None:
+    (live / "cgroup.conf").write_text("ConstrainCores=no\n")
+    before = snapshot(live)
+    result = CliRunner().invoke(_group(), ["diff", str(DEMO), "--against", str(live)])
+    assert result.exit_code == 1, result.output
+    assert "-ConstrainCores=no" in result.output
+    assert "1 file(s) would change (Slurm 22.05: default (no slurm.version in the site" in result.output
+    assert snapshot(live) == before
+
+
+def test_the_command_exits_0_without_changes(live: Path) -> None:
+    result = CliRunner().invoke(_group(), ["diff", str(DEMO), "--against", str(live)])
+    assert result.exit_code == 0, result.output
+    assert "no changes (Slurm" in result.output
+
+
+@pytest.mark.parametrize("args", [["--against", "/nonexistent/etc/slurm"], ["--model", "/nonexistent.lua"]])
+def test_bad_input_exits_2(live: Path, args: list[str]) -> None:
+    argv = ["diff", str(DEMO), *args] + ([] if "--against" in args else ["--against", str(live)])
+    result = CliRunner().invoke(_group(), argv)
+    assert result.exit_code == 2, result.output
+    assert "/nonexistent" in result.output
+
+
+def test_a_folder_where_a_file_should_be_is_bad_input(live: Path) -> None:
+    (live / "oci.conf").unlink()
+    (live / "oci.conf").mkdir()
+    with pytest.raises(InputError, match=r"oci\.conf: not a regular file"):
+        diff_files(render_site(load_site(DEMO)), live, MODES)
+    result = CliRunner().invoke(_group(), ["diff", str(DEMO), "--against", str(live)])
+    assert result.exit_code == 2, result.output
+
+
+def test_an_imported_site_against_its_own_files_shows_the_hetero_parts(tmp_path: Path) -> None:
+    from slurm_hetero.conf.importer import import_site
+
+    site = tmp_path / "site.yaml"
+    site.write_text(import_site(OLD / "slurm.conf", OLD / "gres.conf", gres_map={"a100": "a100-80gb"},
+                                version="22.05").text)
+    result = CliRunner().invoke(_group(), ["diff", str(site), "--against", str(OLD)])
+    assert result.exit_code == 1, result.output
+    out = result.output.splitlines()
+    assert "-Prolog=/etc/slurm/prolog.d/*" in out and "+Prolog=/usr/local/bin/slurm-hetero-prolog" in out
+    assert "-PrologFlags=Contain,X11" in out and "+PrologFlags=Alloc,Contain,X11" in out
+    assert f"diff {OLD}/job_submit.lua rendered/job_submit.lua" in out  # a new file there
+
+
+def test_the_release_is_detected_when_the_site_names_none(live: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("slurm_hetero.conf.cli.detect_slurm_version", lambda: (24, 11))
+    result = CliRunner().invoke(_group(), ["diff", str(DEMO), "--against", str(live)])
+    assert result.exit_code == 1, result.output
+    assert '-local GRES_PREFIX = "gres:"' in result.output and '+local GRES_PREFIX = "gres/"' in result.output
+    assert "(Slurm 24.11: the installed Slurm)" in result.output
