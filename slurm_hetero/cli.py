@@ -10,6 +10,7 @@ import click
 
 from slurm_hetero.checkpoint.cli import checkpoint
 from slurm_hetero.cliutil import DEMO_SITE, F, console, reports_errors, site_option
+from slurm_hetero.conf.cli import conf_diff, conf_import
 from slurm_hetero.containers.cli import container
 from slurm_hetero.forecast.cli import forecast
 from slurm_hetero.monitor.cli import cluster_exporter, node_exporter
@@ -63,17 +64,19 @@ def conf() -> None:
 @reports_errors
 def conf_render(site: Path, out: Path, model: Path | None) -> None:
     """Write slurm.conf, gres.conf, cgroup.conf, plugstack.conf, job_submit.lua, qos.sacctmgr."""
-    from slurm_hetero.conf import Profile, render_site, write_files
-    from slurm_hetero.errors import InputError
+    from slurm_hetero.conf import render_site, write_files
+    from slurm_hetero.conf.cli import read_model, render_profile
     from slurm_hetero.site import load_site
 
-    try:
-        model_lua = model.read_text() if model else None
-    except OSError as e:
-        raise InputError(f"--model {model}: cannot read the exported model: {e.strerror}") from e
-    files = render_site(load_site(site), Profile(model_lua=model_lua))
+    s = load_site(site)
+    profile, why = render_profile(s, read_model(model))
+    files = render_site(s, profile)
     write_files(files, out)
-    console.print(f"wrote {', '.join(files)} to {out}")
+    console.print(f"wrote {', '.join(files)} to {out} ({why})")
+
+
+conf.add_command(conf_import)
+conf.add_command(conf_diff)
 
 
 @main.group()

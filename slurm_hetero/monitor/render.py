@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 from slurm_hetero.conf.render import Profile, render_template
+from slurm_hetero.conf.slurmconf import slurm_view
 from slurm_hetero.errors import InputError
 from slurm_hetero.monitor.cli import DEFAULT_CLUSTER_PORT, DEFAULT_NODE_PORT
 from slurm_hetero.site.model import Site
@@ -60,7 +61,7 @@ def settings_for_site(site: Site, profile: Profile, node_port: int = DEFAULT_NOD
     from the profile (the bridge's staleness limit)."""
     nodes = site.all_nodes if all_nodes else [n for g in site.node_groups if g.accelerators for n in g.nodes]
     kw: dict[str, object] = {"node_targets": [f"{n}:{node_port}" for n in nodes],
-                             "cluster_targets": [f"{profile.ctld_host}:{cluster_port}"],
+                             "cluster_targets": [f"{slurm_view(site, profile).primary_host}:{cluster_port}"],
                              "snapshot_stale_s": profile.snapshot_stale_s, **overrides}
     return PrometheusSettings(**kw)  # type: ignore[arg-type]
 
