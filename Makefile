@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 # Debian packages the project needs (Slurm 22.05 on Debian 12, 24.11 on Debian 13).
 DEB_PKGS := slurm-wlm slurmd slurmctld slurmdbd slurm-client munge mariadb-server \
 	libslurm-dev slurm-wlm-basic-plugins-dev runc busybox-static gcc make lua5.1 \
-	chromium prometheus
+	chromium prometheus faketime
 
 .PHONY: all deps venv spank demo test lint unit integration fuzz clean golden bench
 

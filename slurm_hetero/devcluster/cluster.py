@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypedDict
 
+from slurm_hetero.conf.containers import emulated_paths
 from slurm_hetero.conf.render import (
     COUNTERLESS_STACKS,
     Profile,
@@ -37,7 +38,7 @@ from slurm_hetero.conf.render import (
     write_files,
 )
 from slurm_hetero.containers.bundle import write_stubs
-from slurm_hetero.containers.confgen import emulated_paths
+from slurm_hetero.devcluster import clock as fakeclock
 from slurm_hetero.devcluster import procs
 from slurm_hetero.energy.fake import FakeDevices
 from slurm_hetero.errors import InputError, RuntimeFailure
@@ -84,6 +85,26 @@ def _emulated_device(path: Path) -> None:
         path.touch()
 
 
+def bridge_every(clock: fakeclock.ClockSpec | None) -> float:
+    """Seconds between the bridge daemon's rounds: 2 s, and on a replay clock once a real
+    second at most (each round runs squeue and sinfo: K rounds a real second would not fit).
+
+    >>> bridge_every(None), bridge_every(fakeclock.ClockSpec(1)), bridge_every(fakeclock.ClockSpec(20))
+    (2.0, 2.0, 20.0)
+    """
+    return 2.0 if clock is None else max(2.0, clock.speed)
+
+
+def without_bridge(slurm_conf: str) -> str:
+    """slurm.conf with the bridge's job_submit.lua taken out (replay's `plain` arm).
+
+    >>> without_bridge("A=1\\nJobSubmitPlugins=lua\\nB=2\\n")
+    'A=1\\n# JobSubmitPlugins: none (replay arm without the bridge)\\nB=2\\n'
+    """
+    return re.sub(r"(?m)^JobSubmitPlugins=.*$", "# JobSubmitPlugins: none (replay arm without the bridge)",
+                  slurm_conf)
+
+
 # Each emulated node is a slurmd process (~6.5 MB, a port); beyond this one machine chokes.
 MAX_LOCAL_NODES = 64
 
@@ -99,6 +120,10 @@ class ClusterMeta(TypedDict, total=False):
     node_ports: dict[str, int]
     model: str | None
     sampled_nodes: list[str]  # nodes whose devices `node sample` meters (npu-smi stand-ins)
+    # Replay (issue 13): the accelerated clock every Slurm process reads, and whether the
+    # bridge (job_submit.lua, bridge daemon) is on. Absent: real time, bridge on.
+    clock: dict[str, float]  # {"speed": K, "offset_s": OFF}
+    bridge: bool
 
 
 @dataclass(frozen=True)
@@ -124,7 +149,28 @@ class Cluster:
         # The agent's devices: a file-backed fake per node (energy/fake.py).
         self.fake_devices = f"fake:{self.dev}/{{node}}/fake-devices.json"
         self.meta = w / "cluster.json"
+        self.clock_file = self.run / "clock.json"  # the clock holder's join settings
         self.runner = Runner(slurm_conf=str(self.conf), timeout=30)
+        self._join_clock()
+
+    # ---- the accelerated clock (replay) -----------------------------------------------
+    def clock(self) -> fakeclock.ClockSpec | None:
+        return fakeclock.from_meta(self.info().get("clock"))
+
+    def _join_clock(self) -> None:
+        """Clients (this runner) and every daemon started from here read the cluster's
+        clock when it has one and its holder runs; else real time."""
+        live = self.clock() is not None and self.pid(self.daemon("clock")) is not None
+        held = fakeclock.read_env(str(self.clock_file)) if live else {}
+        self.runner.extra_env = fakeclock.join_env(held, fakeclock.libfaketime()) if held else {}
+
+    def _start_clock(self, spec: fakeclock.ClockSpec) -> None:
+        self.clock_file.unlink(missing_ok=True)
+        self._spawn(fakeclock.holder_argv(spec, str(self.clock_file), str(self.run / "clock.pid")),
+                    log=self.log / "clock.log")
+        if not procs.wait_until(lambda: bool(fakeclock.read_env(str(self.clock_file))), 20):
+            raise RuntimeFailure("the clock holder (faketime) did not start in 20 s\n" + self.explain())
+        self._join_clock()
 
     # ---- what runs -------------------------------------------------------------------
     def info(self) -> ClusterMeta:
@@ -136,8 +182,13 @@ class Cluster:
 
     def daemons(self) -> list[Daemon]:
         """Daemons in start order (stopped in reverse)."""
-        nodes = self.info().get("nodes", [])
-        out = [
+        meta = self.info()
+        nodes = meta.get("nodes", [])
+        # The clock holder, when there is one, comes first: stopped last, after everything
+        # that reads its clock.
+        out = [Daemon("clock", self.run / "clock.pid", fakeclock.HOLDER_MODULE, self.log / "clock.log")
+               ] if meta.get("clock") else []
+        out += [
             Daemon("munged", self.munge / "munged.pid", "munged", self.munge / "munged.log"),
             Daemon("mariadb", self.db / "mariadb.pid", "mariadbd", self.db / "mariadb.log"),
             Daemon("slurmdbd", self.run / "slurmdbd.pid", "slurmdbd", self.log / "slurmdbd.log"),
@@ -145,17 +196,23 @@ class Cluster:
         ]
         # The bridge daemon and its supervisor, which restarts it when it dies; the supervisor
         # comes after it here, so that `down` stops the supervisor first.
-        out.append(Daemon("bridge", self.run / "bridge.pid", "bridge run", self.log / "bridge.log",
-                          supervised=True))
-        out.append(Daemon("bridge supervisor", self.run / "bridge-supervisor.pid", SUPERVISOR_MODULE,
-                          self.log / "bridge.log"))
+        if meta.get("bridge", True):
+            out.append(Daemon("bridge", self.run / "bridge.pid", "bridge run", self.log / "bridge.log",
+                              supervised=True))
+            out.append(Daemon("bridge supervisor", self.run / "bridge-supervisor.pid", SUPERVISOR_MODULE,
+                              self.log / "bridge.log"))
         out += [Daemon(f"sampler {n}", self.run / f"sampler-{n}.pid", "node sample",
                        self.log / f"sampler-{n}.log") for n in self.info().get("sampled_nodes", [])]
         out += [Daemon(f"slurmd {n}", self.run / f"slurmd-{n}.pid", "slurmd",
                        self.log / f"slurmd-{n}.log") for n in nodes]
         return out
 
-    def pid(self, d: Daemon) -> int | None:
+    def daemon(self, name: str) -> Daemon | None:
+        return next((d for d in self.daemons() if d.name == name), None)
+
+    def pid(self, d: Daemon | None) -> int | None:
+        if d is None:
+            return None
         pid = procs.read_pid(d.pidfile)
         return pid if procs.alive(pid, d.expect) else None
 
@@ -169,9 +226,15 @@ class Cluster:
 
     # ---- up ---------------------------------------------------------------------------
     def up(self, site: Site, timeout: float = 90.0, log: object = print,
-           model: Path | None = None) -> float:
+           model: Path | None = None, clock: fakeclock.ClockSpec | None = None,
+           bridge: bool = True) -> float:
         """Boot the cluster (or check an already running one); returns seconds to all-idle.
-        `model`: an exported runtime model to compile into the bridge."""
+        `model`: an exported runtime model to compile into the bridge.
+
+        For replay (issue 13): `clock` runs every Slurm process on one accelerated clock
+        (`clock.py`; slurm.conf then has no Prolog/Epilog/HealthCheck/TaskProlog and its
+        timeouts scaled, and the NPU samplers are not started); `bridge=False` leaves the
+        bridge out (no job_submit.lua, no bridge daemon): Slurm as it comes."""
         say = log if callable(log) else print
         t0 = time.monotonic()
         if self.is_up() and self.info().get("site") == site.name:
@@ -198,10 +261,18 @@ class Cluster:
                 "sampled_nodes": [n for g in site.node_groups
                                   if is_sampled(g, self.fake_devices, site.node_agent.sample_stacks)
                                   for n in g.nodes]}
+        if clock is not None:
+            # The samplers feed the node agent, which replay takes out with the Prolog.
+            meta["clock"] = {"speed": clock.speed, "offset_s": clock.offset_s}
+            meta["sampled_nodes"] = []
+        if not bridge:
+            meta["bridge"] = False
         write_files({"cluster.json": json.dumps(meta, indent=1)}, self.workdir)
         self._write_confs(site, meta)
         self._start_munge()
         self._start_mariadb()
+        if clock is not None:
+            self._start_clock(clock)  # after munged and MariaDB: they stay on real time
         dbd_port = meta["dbd_port"]
         # slurmdbd reaches MariaDB through its socket only: StorageHost=localhost makes the
         # client library use a unix socket, MYSQL_UNIX_PORT says which.
@@ -209,7 +280,9 @@ class Cluster:
                     env={"MYSQL_UNIX_PORT": str(self.db_socket)})
         self._register_accounting(site)
         self._start("slurmctld", ["slurmctld"], self._ctld_ready)
-        self.start_bridge(site)
+        if bridge:
+            every = bridge_every(clock)
+            self.start_bridge(site, every=every, margin=max(120.0, 3 * every))
         for n in meta["sampled_nodes"]:
             self._spawn([sys.executable, "-m", "slurm_hetero.cli", "node", "sample", "--node", n,
                          "--pidfile", str(self.run / f"sampler-{n}.pid")],
@@ -261,13 +334,23 @@ class Cluster:
             python=sys.executable, hetero_lib=str(Path(__file__).resolve().parents[2]),
             runc_root=str(self.run / "runc"), images_root=str(self.workdir / "images"),
             # Runtime model: compiled in when given. The bridge daemon writes the snapshot
-            # (its heartbeat) every 2 s: 10 s without one means it is down.
-            model_lua=model_lua, snapshot_stale_s=10,
+            # (its heartbeat) every 2 s: 10 s without one means it is down (on a replay
+            # clock it writes less often in faked seconds: 5 rounds without one).
+            model_lua=model_lua,
+            snapshot_stale_s=max(10, int(5 * bridge_every(fakeclock.from_meta(meta.get("clock"))))),
         )
 
     def _write_confs(self, site: Site, meta: ClusterMeta) -> None:
         profile = self.profile(meta)
         files = render_site(site, profile)
+        # A site without accelerators renders an empty GresTypes= line, which Slurm refuses
+        # (conf/render.py should leave it out; until then the dev cluster does).
+        files["slurm.conf"] = re.sub(r"(?m)^GresTypes=\n", "", files["slurm.conf"])
+        spec = fakeclock.from_meta(meta.get("clock"))
+        if spec is not None:
+            files["slurm.conf"] = fakeclock.accelerate_conf(files["slurm.conf"], spec)
+        if not meta.get("bridge", True):
+            files["slurm.conf"] = without_bridge(files["slurm.conf"])
         files["slurmdbd.conf"] = render_template(
             "slurmdbd.conf", dbd_port=meta["dbd_port"], db_socket=self.db_socket,
             auth_info=profile.auth_info, log_dir=self.log, run_dir=self.run)
@@ -335,7 +418,7 @@ class Cluster:
             "munged", "--force", f"--socket={sock}", f"--key-file={key}",
             f"--pid-file={self.munge}/munged.pid",
             f"--log-file={self.munge}/munged.log", f"--seed-file={self.munge}/munged.seed",
-        ], lambda: sock.exists() and self.pid(self.daemons()[0]) is not None)
+        ], lambda: sock.exists() and self.pid(self.daemon("munged")) is not None)
 
     @property
     def db_socket(self) -> Path:
@@ -459,7 +542,7 @@ class Cluster:
         say = log if callable(log) else print
         stopped = []
         ds = self.daemons()
-        if self.pid(ds[3]) and self.pid(ds[0]):  # slurmctld and munge up: end jobs cleanly
+        if self.pid(self.daemon("slurmctld")) and self.pid(self.daemon("munged")):  # end jobs cleanly
             self.runner.run(["scancel", "--full", "--user=root"], check=False, timeout=10)
             procs.wait_until(lambda: not self.runner.run(
                 ["squeue", "-h", "-o", "%i"], check=False, timeout=5).stdout.strip(), 10)

@@ -1,0 +1,103 @@
+"""Replay windows of the KTH-SP2 trace on the real Slurm, plain vs bridge: bridge AVEbsld ÷
+plain AVEbsld per window (with a 95% t-interval over windows), mean waits, utilisation,
+jobs killed before their user's limit, and the replay's own cost in real seconds per
+trace hour.
+
+    .venv/bin/python benchmarks/replay_kth.py [--windows 3] [--hours 1] [--warmup-hours 1]
+        [--drain-hours 0.5] [--speed 20] [--users root|local] [--trace PATH] [--workdir DIR]
+
+Each arm of each window boots its own dev cluster (x--speed clock). The bridge arm gets a
+runtime model trained on the trace's jobs that ended before the window's warm-up. With
+`--users local` every trace user becomes a local system user (created when missing) so
+the model's per-user history applies; `root` (the default) changes nothing on the machine
+but then the bridge knows no user's history. Windows are spread evenly over the trace.
+Needs root and the dev cluster's packages (`make deps`). Target (issue 13): ratio <= 0.7.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from slurm_hetero.devcluster.replay import DevReplayCluster
+from slurm_hetero.jobs.trace import KTH_SP2
+from slurm_hetero.replay.metrics import ALL
+from slurm_hetero.replay.run import ARMS, ArmResult, run_arm, train_model
+from slurm_hetero.replay.trace import read_trace
+from slurm_hetero.replay.window import Capacity, Window, select
+from slurm_hetero.site import load_site
+
+ROOT = Path(__file__).resolve().parents[1]
+SITE = ROOT / "tests" / "data" / "replay" / "kth-site.yaml"
+# Two-sided 95% Student t quantiles by degrees of freedom (1..10; beyond: about 2).
+T95 = {1: 12.71, 2: 4.30, 3: 3.18, 4: 2.78, 5: 2.57, 6: 2.45, 7: 2.36, 8: 2.31, 9: 2.26, 10: 2.23}
+
+
+def interval(values: list[float]) -> str:
+    if len(values) < 2:
+        return "(one window: no interval)"
+    m, s = statistics.mean(values), statistics.stdev(values)
+    h = T95.get(len(values) - 1, 2.0) * s / math.sqrt(len(values))
+    return f"{m:.2f} [{m - h:.2f}, {m + h:.2f}] (95% t-interval over {len(values)} windows)"
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--windows", type=int, default=1)
+    p.add_argument("--hours", type=float, default=1.0)
+    p.add_argument("--warmup-hours", type=float, default=1.0)
+    p.add_argument("--drain-hours", type=float, default=0.5)
+    p.add_argument("--speed", type=float, default=20.0)
+    p.add_argument("--users", choices=("root", "local"), default="root")
+    p.add_argument("--trace", type=Path, default=KTH_SP2, help="[default: the KTH log the package ships]")
+    p.add_argument("--workdir", type=Path, default=None)
+    a = p.parse_args()
+    if not a.trace.exists():
+        print(f"no KTH trace at {a.trace}: give --trace", file=sys.stderr)
+        return 2
+    site = load_site(SITE)
+    df = read_trace(a.trace)
+    lo, hi = float(df["submit"].min()), float(df["submit"].max())
+    # Evenly spread, leaving the first tenth of the trace as history for the model.
+    starts = [int(lo + (hi - lo) * (0.1 + 0.8 * (i + 0.5) / a.windows)) for i in range(a.windows)]
+    base = a.workdir or Path(tempfile.mkdtemp(prefix="replay-kth-", dir="/var/tmp"))
+    os.chmod(base, 0o755)  # --users local: jobs of other users run in here
+    ratios: list[float] = []
+    print(f"KTH-SP2 replay: {a.windows} window(s) of {a.hours:g} h (+{a.warmup_hours:g} h warm-up, "
+          f"drain <= {a.drain_hours:g} h) at x{a.speed:g}, users={a.users}, in {base}")
+    for i, start in enumerate(starts):
+        w = Window(start, a.hours, a.warmup_hours)
+        sel = select(df, w, Capacity.of(site))
+        model = train_model(df, w, base / f"w{i}" / "predict.lua", users=a.users)
+        res: dict[str, ArmResult] = {}
+        for name in ("plain", "bridge"):
+            t = time.monotonic()
+            res[name] = run_arm(DevReplayCluster, base / f"w{i}" / name, site, sel, w, ARMS[name], a.speed,
+                                model, drain_hours=a.drain_hours, users=a.users)
+            print(f"  window {i} ({w.start}) {name}: {time.monotonic() - t:.0f} s real", flush=True)
+        fp, fb = res["plain"].figures[ALL], res["bridge"].figures[ALL]
+        ratio = (fb.ave_bsld / fp.ave_bsld) if fp.ave_bsld and fb.ave_bsld is not None else float("nan")
+        if not math.isnan(ratio):
+            ratios.append(ratio)
+        print(f"window {i} start {w.start}: {fp.jobs} jobs measured ({len(sel.jobs)} replayed)")
+        for name, f in (("plain", fp), ("bridge", fb)):
+            r = res[name]
+            bsld = f.ave_bsld if f.ave_bsld is not None else float("nan")
+            print(f"  {name:6s} AVEbsld {bsld:7.2f}  mean wait {f.wait_mean or 0:7.0f} s"
+                  f"  p90 {f.wait_p90 or 0:7.0f} s  util {100 * (f.utilisation or 0):5.1f}%"
+                  f"  killed at limit {f.killed_at_limit}  early {f.killed_early}  unfinished {f.unfinished}"
+                  f"  predicted {f.predicted}  {r.real_s_per_trace_hour:.0f} real s / trace h")
+        print(f"  bridge AVEbsld / plain AVEbsld = {ratio:.2f}")
+    shown = interval(ratios) if len(ratios) > 1 else ", ".join(f"{r:.2f}" for r in ratios)
+    print(f"bridge ÷ plain AVEbsld: {shown} (target <= 0.7)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

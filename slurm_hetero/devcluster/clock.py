@@ -1,0 +1,185 @@
+"""An accelerated clock for the dev cluster (replay): libfaketime, one shared clock.
+
+`faketime -m -f "+OFF xK" python -m slurm_hetero.devcluster.clock --out F --pidfile P`
+starts the *clock holder*: a process that only keeps the clock alive. faketime gives it a
+shared-memory clock (its name in `FAKETIME_SHARED`); the holder writes that name and the
+preload settings to F and sleeps until SIGTERM. Every Slurm process of the cluster —
+slurmdbd, slurmctld, each slurmd (and so every slurmstepd and job), the bridge daemon, the
+client commands — is started with
+
+    LD_PRELOAD=.../libfaketimeMT.so.1  FAKETIME="+OFF xK"  FAKETIME_SHARED=<the holder's>
+    FAKETIME_DONT_RESET=1
+
+and so reads the holder's clock: one clock, started once, running K times real speed
+(checked: a process joining this way a second after the holder reads the same time as the
+holder's own children). Without `FAKETIME_DONT_RESET` or without the shared name, each
+process's clock would start at its own launch and they would drift apart by (K-1) s per
+real second between launches. munged and MariaDB stay on real time (one munged signs and
+checks every credential, so its TTL never trips; slurmdbd computes every time it stores).
+
+When the holder stops, faketime removes the shared segment (a process joining then would
+silently start a clock of its own): stop it last, and join only while it runs.
+
+What cannot run on that clock is configured away by `accelerate_conf` (see there).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import glob
+import json
+import os
+import re
+import signal
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from slurm_hetero.errors import InputError, RuntimeFailure
+from slurm_hetero.fileio import write_atomic
+
+HOLDER_MODULE = "slurm_hetero.devcluster.clock"
+CLOCK_ENV = ("LD_PRELOAD", "FAKETIME", "FAKETIME_SHARED", "FAKETIME_DONT_RESET")
+MAX_SPEED = 1000.0
+
+
+def libfaketime() -> str:
+    """The multi-threaded preload library of Debian's libfaketime package."""
+    found = sorted(glob.glob("/usr/lib/*/faketime/libfaketimeMT.so.1"))
+    if not found:
+        raise RuntimeFailure("libfaketime is not installed (apt-get install faketime)")
+    return found[0]
+
+
+@dataclass(frozen=True)
+class ClockSpec:
+    """K times real speed, starting OFF seconds from the real time of the holder's start."""
+
+    speed: float
+    offset_s: int = 0
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "speed", float(self.speed))
+        if not 1.0 <= self.speed <= MAX_SPEED:
+            raise InputError(f"--speed {self.speed:g}: use a value from 1 to {MAX_SPEED:g}")
+
+    @property
+    def faketime(self) -> str:
+        """The FAKETIME value.
+
+        >>> ClockSpec(20).faketime, ClockSpec(2.5, -60).faketime
+        ('+0 x20', '-60 x2.5')
+        """
+        return f"{self.offset_s:+d} x{self.speed:g}"
+
+    def scaled(self, seconds: float) -> int:
+        """A real-time duration in faked seconds (what a timeout must say to last as long).
+
+        >>> ClockSpec(20).scaled(10)
+        200
+        """
+        return round(seconds * self.speed)
+
+
+def from_meta(c: Mapping[str, float] | None) -> ClockSpec | None:
+    """The clock a cluster.json records (None: real time)."""
+    return ClockSpec(float(c["speed"]), int(c.get("offset_s", 0))) if c else None
+
+
+def holder_argv(spec: ClockSpec, out: str, pidfile: str, python: str = sys.executable) -> list[str]:
+    return ["faketime", "-m", "-f", spec.faketime, python, "-m", HOLDER_MODULE,
+            "--out", out, "--pidfile", pidfile]
+
+
+def read_env(path: str) -> dict[str, str]:
+    """The join settings a holder wrote (empty when there is none)."""
+    try:
+        with open(path) as f:
+            data = json.load(f)
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(data, dict):
+        return {}
+    return {k: str(v) for k, v in data.items() if k in CLOCK_ENV}
+
+
+def join_env(holder_env: Mapping[str, str], library: str) -> dict[str, str]:
+    """What a process needs to read the holder's clock.
+
+    >>> join_env({"FAKETIME": "+0 x20", "FAKETIME_SHARED": "/s /m"}, "/lib/ft.so")
+    {'LD_PRELOAD': '/lib/ft.so', 'FAKETIME': '+0 x20', 'FAKETIME_SHARED': '/s /m', 'FAKETIME_DONT_RESET': '1'}
+    """
+    if not holder_env.get("FAKETIME_SHARED") or not holder_env.get("FAKETIME"):
+        raise RuntimeFailure("the clock holder wrote no FAKETIME_SHARED (is faketime's -m given?)")
+    return {"LD_PRELOAD": library, "FAKETIME": holder_env["FAKETIME"],
+            "FAKETIME_SHARED": holder_env["FAKETIME_SHARED"], "FAKETIME_DONT_RESET": "1"}
+
+
+# ---- slurm.conf for an accelerated clock -----------------------------------------------
+# Hooks slurmd runs with a clean environment (so at real speed) while its own timeouts on
+# them run K times faster; and they do nothing a replayed `sleep` needs.
+REMOVED_KEYS = ("Prolog", "Epilog", "PrologFlags", "HealthCheckProgram", "HealthCheckInterval",
+                "HealthCheckNodeState", "TaskProlog")
+# Timeouts (faked seconds) scaled by K, so each lasts as long in real time as Slurm's
+# default does at x1: Slurm's work (a message, a launch) takes real time.
+SCALED_DEFAULTS = {"MessageTimeout": 10, "BatchStartTimeout": 10, "TCPTimeout": 2,
+                   "SlurmdTimeout": 300, "SlurmctldTimeout": 120, "UnkillableStepTimeout": 60,
+                   "JobAcctGatherFrequency": 30}
+_UINT16_MAX = 65533
+
+
+def accelerate_conf(text: str, spec: ClockSpec) -> str:
+    """slurm.conf for a cluster on `spec`'s clock: hooks removed, timeouts scaled.
+
+    >>> out = accelerate_conf("Prolog=/p\\nMessageTimeout=5\\nFoo=1\\n", ClockSpec(20))
+    >>> [ln for ln in out.splitlines() if not ln.startswith("#")][:3]
+    ['MessageTimeout=100', 'Foo=1', 'BatchStartTimeout=200']
+    """
+    kept: list[str] = []
+    seen: dict[str, int] = {}
+    for line in text.splitlines():
+        key = line.split("=", 1)[0].strip() if "=" in line and not line.lstrip().startswith("#") else ""
+        if key in REMOVED_KEYS:
+            continue
+        if key in SCALED_DEFAULTS:
+            value = re.sub(r"\D.*", "", line.split("=", 1)[1].strip()) or str(SCALED_DEFAULTS[key])
+            seen[key] = int(value)
+            line = f"{key}={min(spec.scaled(int(value)), _UINT16_MAX)}"
+        kept.append(line)
+    kept.append(f"# Replay clock ({spec.faketime}): {', '.join(REMOVED_KEYS)} removed (they "
+                "would run at real speed under accelerated timeouts);")
+    kept.append("# these timeouts scaled so each lasts as long in real time as at x1:")
+    for key, default in SCALED_DEFAULTS.items():
+        if key not in seen:
+            kept.append(f"{key}={min(spec.scaled(default), _UINT16_MAX)}")
+    return "\n".join(kept) + "\n"
+
+
+# ---- the holder -----------------------------------------------------------------------
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog=f"python -m {HOLDER_MODULE}",
+                                description="Hold a faketime shared clock until SIGTERM.")
+    p.add_argument("--out", required=True, help="Where to write the clock's join settings (JSON).")
+    p.add_argument("--pidfile", required=True)
+    a = p.parse_args(sys.argv[1:] if argv is None else argv)
+    env = {k: os.environ[k] for k in CLOCK_ENV if k in os.environ}
+    if "FAKETIME_SHARED" not in env:
+        print("clock holder: FAKETIME_SHARED is not set: run me under `faketime -m`", file=sys.stderr)
+        return 2
+    # Block the stop signals first and wait for one with sigwait: no clock involved (a
+    # sleep loop would wake K times as often as it says) and no race with the handler.
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT})
+    write_atomic(a.pidfile, f"{os.getpid()}\n")  # first: joining checks the holder runs
+    write_atomic(a.out, json.dumps(env) + "\n")
+    try:
+        signal.sigwait({signal.SIGTERM, signal.SIGINT})
+    finally:
+        for path in (a.pidfile, a.out):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

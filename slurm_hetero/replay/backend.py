@@ -1,0 +1,40 @@
+"""What replay needs from a cluster to replay on: a fresh Slurm cluster, on an accelerated
+clock, with or without the bridge, that it can reach through a runner.
+
+Replay sits below the dev cluster in the package floors, so it names this interface and
+the dev cluster implements it (`devcluster/replay.py`); the CLI wires the two together.
+Another implementation (a private cluster inside a Slurm job, for `--via-slurm`) would
+fit the same shape.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Protocol
+
+from slurm_hetero.site.model import Site
+from slurm_hetero.slurm.runner import Runner
+
+
+class ReplayCluster(Protocol):
+    @property
+    def workdir(self) -> Path: ...
+
+    @property
+    def runner(self) -> Runner:
+        """Clients on the cluster's clock (valid after `up`)."""
+        ...
+
+    def up(self, site: Site, *, speed: float, bridge: bool, model: Path | None) -> float:
+        """Boot a fresh cluster; returns the seconds it took."""
+        ...
+
+    def down(self) -> None: ...
+
+    def explain(self) -> str:
+        """The log lines that most likely explain a failure."""
+        ...
+
+
+ClusterFactory = Callable[[Path], ReplayCluster]

@@ -1,0 +1,298 @@
+"""Replaying a window on a fresh cluster per arm, and the fidelity check.
+
+One arm: boot a fresh cluster (accelerated clock; with or without the bridge), add one
+Slurm account per trace user, map the cluster's clock, submit and release every job at
+its time, wait for them to end (or for the drain limit), read sacct, stop the cluster.
+
+Who submits (`users`):
+- "root" (default): every job runs as root under its trace user's account. Nothing on
+  the machine changes; fairshare is kept per association (root in account t_u12 is one
+  association per trace user), but Slurm sees one user, so the bridge's runtime model,
+  whose history is per user, sees every job as a user it knows nothing about.
+- "local": every trace user is a local system user (`t_u12`, created with useradd when
+  missing: no home, no shell, kept afterwards), its jobs submitted with `sbatch --uid`;
+  the bridge's model is trained and exported under those names, so its per-user history
+  applies. The workdir must then be reachable by other users (every folder above it
+  world-searchable: not under /root or pytest's private tmp).
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import stat
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from slurm_hetero.errors import InputError, RuntimeFailure
+from slurm_hetero.fileio import write_json_atomic
+from slurm_hetero.replay import sacct
+from slurm_hetero.replay.backend import ClusterFactory
+from slurm_hetero.replay.clockmap import calibrate
+from slurm_hetero.replay.fidelity import Fidelity, measure
+from slurm_hetero.replay.metrics import (
+    Outcome,
+    PoolFigures,
+    Pools,
+    as_json,
+    distribution,
+    figures,
+    outcomes,
+    release_lags,
+    runtime_errors,
+)
+from slurm_hetero.replay.submit import BODY, Progress, Request, Submitter
+from slurm_hetero.replay.window import Selection, Window, account_for, check_speed
+from slurm_hetero.site.model import Site
+from slurm_hetero.slurm.runner import Runner
+
+Say = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Arm:
+    name: str
+    bridge: bool  # SPANK options + job_submit.lua + snapshot + bridge daemon
+    model: bool  # the runtime model compiled into the bridge (predicted limits, priorities)
+
+
+ARMS = {
+    "plain": Arm("plain", bridge=False, model=False),
+    "bridge": Arm("bridge", bridge=True, model=True),
+    "bridge-nomodel": Arm("bridge-nomodel", bridge=True, model=False),
+}
+
+
+def parse_arms(text: str) -> list[Arm]:
+    """
+    >>> [a.name for a in parse_arms("plain, bridge")]
+    ['plain', 'bridge']
+    """
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    bad = [n for n in names if n not in ARMS]
+    if bad or not names:
+        raise InputError(f"--arms {text!r}: choose from {', '.join(ARMS)} (comma-separated)")
+    return [ARMS[n] for n in names]
+
+
+@dataclass
+class ArmResult:
+    arm: str
+    speed: float
+    window: Window
+    t0: float  # faked time of the window's start
+    end_now: float  # faked time the replay stopped looking
+    outcomes: list[Outcome]
+    figures: dict[str, PoolFigures]
+    all_ended: bool
+    submit_failed: list[tuple[str, str]] = field(default_factory=list)
+    seconds: dict[str, float] = field(default_factory=dict)  # real seconds: boot, replay, total
+
+    @property
+    def real_s_per_trace_hour(self) -> float:
+        span_h = (self.window.hours + self.window.warmup_hours)
+        return self.seconds.get("total", 0.0) / span_h if span_h else 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "arm": self.arm, "speed": self.speed,
+            "window": {"start": self.window.start, "hours": self.window.hours,
+                       "warmup_hours": self.window.warmup_hours},
+            "t0": self.t0, "end_now": self.end_now, "all_ended": self.all_ended,
+            "figures": as_json(self.figures),
+            "runtime_error": distribution(runtime_errors(self.outcomes)),
+            "release_lag": distribution(release_lags(self.outcomes)),
+            "submit_failed": [{"trace_id": t, "error": e} for t, e in self.submit_failed],
+            "seconds": self.seconds, "real_s_per_trace_hour": self.real_s_per_trace_hour,
+            "jobs": [o.__dict__ for o in self.outcomes],
+        }
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> ArmResult:
+        w = d["window"]
+        outs = [Outcome(**o) for o in d["jobs"]]
+        figs = {k: PoolFigures(**v) for k, v in d["figures"].items()}
+        return cls(d["arm"], float(d["speed"]), Window(int(w["start"]), float(w["hours"]),
+                   float(w["warmup_hours"])), float(d["t0"]), float(d["end_now"]), outs, figs,
+                   bool(d["all_ended"]), [(f["trace_id"], f["error"]) for f in d["submit_failed"]],
+                   dict(d["seconds"]))
+
+
+USERS = ("root", "local")
+
+
+def add_accounts(runner: Runner, cluster: str, accounts: list[str], users: str = "root",
+                 chunk: int = 100) -> None:
+    """One account per trace user; in it root, or the local user of the same name."""
+    for i in range(0, len(accounts), chunk):
+        names = ",".join(accounts[i:i + chunk])
+        runner.run(["sacctmgr", "-i", "add", "account", names, f"cluster={cluster}",
+                    "description=replayed trace user", "organization=replay"], timeout=120)
+        if users == "root":
+            runner.run(["sacctmgr", "-i", "add", "user", "root", f"account={names}",
+                        f"cluster={cluster}"], timeout=120)
+    if users == "local":
+        for name in accounts:  # one each: a list of users and accounts would pair them all
+            runner.run(["sacctmgr", "-i", "add", "user", name, f"account={name}", f"defaultaccount={name}",
+                        f"cluster={cluster}"], timeout=120)
+
+
+def ensure_local_users(names: list[str], runner: Runner | None = None) -> list[str]:
+    """Create the system users replay submits as (no home, no login); returns those created."""
+    made = []
+    for name in names:
+        try:
+            pwd.getpwnam(name)
+            continue
+        except KeyError:
+            pass
+        r = (runner or Runner()).run(["useradd", "--system", "--no-create-home", "--shell",
+                                      "/usr/sbin/nologin", "--gid", "nogroup", name], check=False)
+        if r.returncode != 0:
+            raise RuntimeFailure(f"useradd {name} failed ({r.stderr.strip()[-200:]}); --users local "
+                                 "needs root, or use --users root")
+        made.append(name)
+    return made
+
+
+def check_reachable(path: Path) -> None:
+    """--users local: jobs of other users run the body script and cd into the workdir."""
+    p = path.absolute()
+    for d in [p, *p.parents]:
+        try:
+            mode = d.stat().st_mode
+        except OSError:
+            continue
+        if not mode & stat.S_IXOTH:
+            raise InputError(f"--workdir {path}: {d} is not searchable by other users, so jobs "
+                             "submitted as local users cannot run there; choose a workdir under "
+                             "e.g. /var/tmp (or use --users root)")
+
+
+def request_for(site: Site, arm: Arm, users: str = "root") -> Request:
+    """How accelerator jobs ask: the bridge's `--accel=any:N`, or the plain GRES in the
+    first partition that has it (no job_submit.lua routes them in the plain arm)."""
+    for g in site.node_groups:
+        if g.accelerators and g.partitions:
+            return Request(arm.bridge, g.accelerators[0].model.gres_name, g.partitions[0],
+                           as_users=users == "local")
+    return Request(arm.bridge, as_users=users == "local")
+
+
+def progress_line(arm: str, window: Window, p: Progress, total: int) -> str:
+    """
+    >>> progress_line("plain", Window(0, 0.5), Progress(10, 9, 2, 3, 4, 754.0), 52)
+    '[plain] trace +00:12:34 of 00:30:00  submitted 10/52  released 9  pending 2  running 3  ended 4'
+    """
+    def hms(s: float) -> str:
+        s = max(0, int(s))
+        return f"{s // 3600:02d}:{s % 3600 // 60:02d}:{s % 60:02d}"
+
+    return (f"[{arm}] trace +{hms(p.trace_s)} of {hms(window.hours * 3600)}  submitted {p.submitted}/{total}"
+            f"  released {p.released}  pending {p.pending}  running {p.running}  ended {p.ended}")
+
+
+def run_arm(factory: ClusterFactory, workdir: Path, site: Site, sel: Selection, window: Window,
+            arm: Arm, speed: float, model: Path | None = None, say: Say | None = None,
+            drain_hours: float | None = None, lead_s: float = 2.0, users: str = "root",
+            save: Path | None = None) -> ArmResult:
+    """Replay `sel` (the window's jobs) on a fresh cluster; `model`: for bridge arms with a
+    model. `save`: write the arm's result there as soon as it is known (JSON)."""
+    if arm.model and model is None:
+        raise InputError(f"arm {arm.name} needs a runtime model (--model)")
+    if not sel.jobs:
+        raise InputError("no job of the trace falls in this window (see --start, --hours)")
+    speed = check_speed(speed)
+    if users not in USERS:
+        raise InputError(f"--users {users}: choose {' or '.join(USERS)}")
+    if users == "local":
+        check_reachable(workdir)
+        made = ensure_local_users(sel.accounts)
+        if say and made:
+            say(f"created {len(made)} local users for the trace's users ({made[0]}, ...)")
+    t_start = time.monotonic()
+    cluster = factory(workdir)
+    try:
+        boot = cluster.up(site, speed=speed, bridge=arm.bridge, model=model if arm.model else None)
+        if say:
+            say(f"[{arm.name}] cluster up in {boot:.1f} s (x{speed:g}) in {cluster.workdir}")
+        runner = cluster.runner
+        add_accounts(runner, site.name, sel.accounts, users)
+        script = cluster.workdir / "replay-job.sh"
+        script.write_text(BODY)
+        os.chmod(script, 0o755)
+        clock = calibrate(runner, speed)
+        first = min(j.offset_s for j in sel.jobs)
+        t0 = clock.now() + (lead_s + 1.0) * speed - first
+        show = (lambda p: say(progress_line(arm.name, window, p, len(sel.jobs)))) if say else None
+        sub = Submitter(runner, sel.jobs, clock, t0, request_for(site, arm, users), script, cluster.workdir,
+                        lead_s=lead_s, say=show, every_s=max(5.0, 120.0 / speed))
+        t_replay = time.monotonic()
+        sub.run()
+        deadline = None if drain_hours is None else t0 + (window.hours + drain_hours) * 3600
+        all_ended = sub.drain(deadline)
+        end_now = clock.now()
+        text = sacct.fetch_text(runner, t0 + first - 3600, end_now + 3600)
+        (cluster.workdir / "sacct.psv").write_text(text)
+        records = {r.job_id: r for r in sacct.parse_rows(text)}
+        replay_s = time.monotonic() - t_replay
+        if not all_ended:
+            ids = [s.job_id for s in sub.subs]
+            for i in range(0, len(ids), 500):
+                runner.run(["scancel", *ids[i:i + 500]], check=False, timeout=60)
+        outs = outcomes(((s.job, s.job_id, s.target, s.released) for s in sub.subs), records, Pools(site))
+        figs = figures(outs, Pools(site).capacity, t0, window.hours, end_now)
+    except RuntimeFailure as e:
+        raise RuntimeFailure(f"[{arm.name}] {e}\n{cluster.explain()}") from e
+    finally:
+        cluster.down()
+    result = ArmResult(arm.name, speed, window, t0, end_now, outs, figs, all_ended,
+                       [(j.trace_id, msg) for j, msg in sub.failed],
+                       {"boot": round(boot, 1), "replay": round(replay_s, 1),
+                        "total": round(time.monotonic() - t_start, 1)})
+    if save is not None:
+        save.parent.mkdir(parents=True, exist_ok=True)
+        write_json_atomic(str(save), result.to_json(), indent=1)
+    return result
+
+
+def train_model(trace: pd.DataFrame, window: Window, out: Path, say: Say | None = None,
+                users: str = "root") -> Path:
+    """A runtime model trained only on jobs that ended before the replay's first
+    submission, with the users' history as of then, exported for job_submit.lua; with
+    `users="local"` its history is kept under the local users' names jobs carry."""
+    from slurm_hetero.jobs import table
+    from slurm_hetero.predict import export_lua
+    from slurm_hetero.predict.train import train
+
+    before = trace[(trace["end"] >= 0) & (trace["end"] < window.first)].copy()
+    if users == "local":
+        before["user"] = [account_for(str(u)) for u in table.labels(before["user"])]
+    if say:
+        say(f"training the runtime model on {len(before)} jobs that ended before the window")
+    try:
+        model = train(before, until=window.first)
+    except InputError as e:
+        raise InputError(f"--model auto: {e} before the window; start it later or give --model none") from e
+    text = export_lua.export_text(model, before, until=window.first)
+    export_lua.write(text, out)
+    return out
+
+
+def check_fidelity(factory: ClusterFactory, workdir: Path, site: Site, sel: Selection, window: Window,
+                   arm: Arm, speed: float, model: Path | None, say: Say | None = None,
+                   drain_hours: float | None = None, users: str = "root", out: Path | None = None,
+                   ) -> tuple[Fidelity, ArmResult, ArmResult]:
+    """The same (short) window at x1 and at `speed` (each saved in `out` when given)."""
+    runs = []
+    for k in (1.0, speed):
+        save = out / f"fidelity-{arm.name}-x{k:g}.json" if out else None
+        runs.append(run_arm(factory, workdir, site, sel, window, arm, k, model, say, drain_hours,
+                            users=users, save=save))
+    x1, xk = runs
+    return measure(x1.outcomes, xk.outcomes, x1.figures, xk.figures, speed), x1, xk

@@ -1,0 +1,120 @@
+"""What a replayed cluster's accounting says about its jobs: sacct argv, a pure parser.
+
+Fields no user can write (ids, counts, times, states, node lists) come first, so `-P`
+output is safe to split; the bridge's admin comment (JSON, set by job_submit.lua) comes
+last and is taken whole, whatever it holds. Times come as epoch seconds
+(`SLURM_TIME_FORMAT=%s`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from slurm_hetero.errors import RuntimeFailure
+from slurm_hetero.slurm.comment import parse_comment
+from slurm_hetero.slurm.runner import Runner
+
+FIELDS = ("JobIDRaw", "Partition", "AllocCPUS", "AllocTRES", "NodeList", "Submit", "Eligible",
+          "Start", "End", "ElapsedRaw", "TimelimitRaw", "State", "AdminComment")
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    job_id: str
+    partition: str
+    cpus: int
+    tres: dict[str, float]
+    nodes: str
+    submit: int | None
+    eligible: int | None
+    start: int | None
+    end: int | None
+    elapsed: int
+    limit_min: int | None
+    state: str  # the first word: COMPLETED, TIMEOUT, CANCELLED, NODE_FAIL, ...
+    admin: dict[str, Any] = field(default_factory=dict)  # the bridge's decision, if any
+
+    @property
+    def predicted_s(self) -> float | None:
+        """The bridge's upper-quantile prediction (its first limit in backfill mode)."""
+        pred = self.admin.get("pred")
+        p90 = pred.get("p90") if isinstance(pred, dict) else None
+        return float(p90) if isinstance(p90, int | float) else None
+
+    @property
+    def accel(self) -> int:
+        """Accelerator devices allocated (gres/gpu + gres/npu, whole job)."""
+        return int(sum(v for k, v in self.tres.items() if k in ("gres/gpu", "gres/npu")))
+
+    @property
+    def accel_model(self) -> str | None:
+        """The model of its allocated accelerators (`gres/gpu:a100-80gb=2` → a100-80gb)."""
+        for k in self.tres:
+            if k.startswith(("gres/gpu:", "gres/npu:")):
+                return k.split(":", 1)[1]
+        return None
+
+
+def local_iso(epoch: float) -> str:
+    """sacct's -S/-E take local times (not epoch seconds)."""
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(epoch))
+
+
+def sacct_argv(since: float, until: float) -> list[str]:
+    """Allocations (-X) of every user that existed between two epoch times (faked clock)."""
+    return ["sacct", "-a", "-X", "-P", "-n", "-S", local_iso(since), "-E", local_iso(until),
+            "-o", ",".join(FIELDS)]
+
+
+def _time(v: str) -> int | None:
+    v = v.strip()
+    return int(v) if v.lstrip("-").isdigit() and int(v) > 0 else None
+
+
+def parse_tres(text: str) -> dict[str, float]:
+    """
+    >>> parse_tres("billing=4,cpu=4,mem=4G,node=1,gres/gpu=2,gres/gpu:a100-80gb=2")["gres/gpu:a100-80gb"]
+    2.0
+    """
+    out: dict[str, float] = {}
+    for part in text.split(","):
+        k, _, v = part.partition("=")
+        if not k:
+            continue
+        mult = {"K": 1 / 1024, "M": 1.0, "G": 1024.0, "T": 1024.0 ** 2}.get(v[-1:], 1.0)
+        num = v[:-1] if v[-1:] in "KMGT" and v[-1:] else v
+        try:
+            out[k] = float(num) * mult
+        except ValueError:
+            continue
+    return out
+
+
+def parse_rows(text: str) -> list[JobRecord]:
+    """`sacct -P -n -o FIELDS` lines (with `SLURM_TIME_FORMAT=%s`) → records."""
+    out = []
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        f = line.split("|", len(FIELDS) - 1)
+        if len(f) != len(FIELDS):
+            raise RuntimeFailure(f"sacct line {n}: {len(f)} fields, expected {len(FIELDS)}: {line[:100]!r}")
+        d = dict(zip(FIELDS, f, strict=True))
+        limit = d["TimelimitRaw"].strip()
+        out.append(JobRecord(
+            job_id=d["JobIDRaw"].strip(), partition=d["Partition"].strip(),
+            cpus=int(d["AllocCPUS"] or 0), tres=parse_tres(d["AllocTRES"]), nodes=d["NodeList"].strip(),
+            submit=_time(d["Submit"]), eligible=_time(d["Eligible"]), start=_time(d["Start"]),
+            end=_time(d["End"]), elapsed=int(d["ElapsedRaw"] or 0),
+            limit_min=int(limit) if limit.isdigit() else None,
+            state=(d["State"].split() or ["UNKNOWN"])[0], admin=parse_comment(d["AdminComment"])))
+    return out
+
+
+def fetch_text(runner: Runner, since: float, until: float) -> str:
+    """sacct's text for `parse_rows` (kept beside each arm's cluster, for a second look)."""
+    r = dataclasses.replace(runner, extra_env={**runner.extra_env, "SLURM_TIME_FORMAT": "%s"})
+    return r.out(sacct_argv(since, until), timeout=120)

@@ -1,0 +1,210 @@
+"""Submitting a window: each job held a moment before its (scaled) submit time, released
+at it; Slurm — and only Slurm — decides when it starts.
+
+Why held, then released: a burst of trace submissions (dozens in one trace second) is one
+`scontrol release` here, not dozens of sbatch calls that would smear it over real seconds
+(each sbatch takes a few real ms, i.e. K times as many trace ms). Every job is submitted
+`lead_s` real seconds or more before its time, so sbatch's cost never delays a release.
+
+The body is `sleep RUNTIME` (trace seconds): the job inherits the shared clock from the
+submitting environment, so it sleeps RUNTIME on the cluster's clock, RUNTIME/K real
+seconds. Everything passed to sbatch is an argv element; the only trace data in it are
+numbers this module formatted and the account name from `window.account_for`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from slurm_hetero.errors import RuntimeFailure
+from slurm_hetero.replay.clockmap import ClockMap
+from slurm_hetero.replay.window import ReplayJob
+from slurm_hetero.slurm.runner import Runner
+
+BODY = ("#!/bin/sh\n# slurm-hetero replay: a trace job's body, its runtime on the cluster's clock\n"
+        "exec sleep \"$1\"\n")
+ACTIVE = ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED", "REQUEUED", "RESIZING")
+
+
+@dataclass(frozen=True)
+class Request:
+    """How an arm asks for a job's hardware."""
+
+    bridge: bool  # the bridge's options (SPANK) instead of plain Slurm ones
+    accel_gres: str = "gpu"  # plain arm: the GRES name accelerator jobs ask for
+    accel_partition: str | None = None  # plain arm: where that GRES is (no job_submit routing)
+    as_users: bool = False  # submit as the local user named like the job's account (--uid)
+
+
+def sbatch_argv(job: ReplayJob, req: Request, script: Path, workdir: Path) -> list[str]:
+    """
+    >>> from slurm_hetero.replay.window import ReplayJob
+    >>> j = ReplayJob("7", 30, 600, 15, 4, 0, "12", True)
+    >>> sbatch_argv(j, Request(False), Path("/w/job.sh"), Path("/w"))[2:]  # doctest: +NORMALIZE_WHITESPACE
+    ['--job-name=r7', '--account=t_12', '--ntasks=4', '--time=15', '--output=/dev/null',
+     '--chdir=/w', '/w/job.sh', '600']
+    >>> sbatch_argv(ReplayJob("8", 0, 60, None, 1, 2, "3", True), Request(True), Path("/j"), Path("/w"))[5:8]
+    ['--arch=any', '--accel=any:2', '--output=/dev/null']
+    """
+    argv = ["sbatch", "--parsable", f"--job-name=r{job.trace_id}", f"--account={job.account}",
+            f"--ntasks={job.cpus}"]
+    if req.as_users:
+        argv.append(f"--uid={job.account}")
+    if job.limit_min is not None:
+        argv.append(f"--time={job.limit_min}")
+    if req.bridge:
+        # The hardware-agnostic request: any arch, any accelerator model.
+        argv.append("--arch=any")
+        if job.accel:
+            argv.append(f"--accel=any:{job.accel}")
+    elif job.accel:
+        argv.append(f"--gres={req.accel_gres}:{job.accel}")
+        if req.accel_partition:
+            argv.append(f"--partition={req.accel_partition}")
+    return [*argv, "--output=/dev/null", f"--chdir={workdir}", str(script), str(job.runtime_s)]
+
+
+def parse_job_id(out: str) -> str:
+    """sbatch --parsable prints `ID` or `ID;CLUSTER`.
+
+    >>> parse_job_id("42;kth\\n"), parse_job_id("7\\n")
+    ('42', '7')
+    """
+    jid = out.strip().split(";", 1)[0]
+    if not jid.isdigit():
+        raise RuntimeFailure(f"sbatch printed no job id: {out.strip()[:80]!r}")
+    return jid
+
+
+@dataclass
+class Submission:
+    job: ReplayJob
+    job_id: str
+    target: float  # the faked time it is due (t0 + offset)
+    released: float | None = None  # faked time the release returned
+
+
+@dataclass
+class Progress:
+    submitted: int = 0
+    released: int = 0
+    pending: int = 0
+    running: int = 0
+    ended: int = 0
+    trace_s: float = 0.0  # trace seconds since the window's start
+
+
+@dataclass
+class Submitter:
+    runner: Runner
+    jobs: list[ReplayJob]
+    clock: ClockMap
+    t0: float  # faked time of the window's start
+    req: Request
+    script: Path
+    workdir: Path
+    lead_s: float = 2.0  # real seconds ahead a job is submitted (held)
+    say: Callable[[Progress], None] | None = None
+    every_s: float = 5.0  # real seconds between progress lines
+    subs: list[Submission] = field(default_factory=list)
+    failed: list[tuple[ReplayJob, str]] = field(default_factory=list)
+
+    def _submit(self, job: ReplayJob) -> None:
+        argv = self.sbatch(job)
+        r = self.runner.run(argv, check=False, timeout=60)
+        if r.returncode != 0:
+            self.failed.append((job, r.stderr.strip().splitlines()[-1] if r.stderr.strip() else "no message"))
+            return
+        self.subs.append(Submission(job, parse_job_id(r.stdout), self.t0 + job.offset_s))
+
+    def sbatch(self, job: ReplayJob) -> list[str]:
+        argv = sbatch_argv(job, self.req, self.script, self.workdir)
+        return [argv[0], "--hold", *argv[1:]]
+
+    def _release(self, due: list[Submission], chunk: int = 500) -> None:
+        if len(due) > chunk:
+            for i in range(0, len(due), chunk):
+                self._release(due[i:i + chunk], chunk)
+            return
+        ids = ",".join(s.job_id for s in due)
+        r = self.runner.run(["scontrol", "release", ids], check=False, timeout=60)
+        now = self.clock.now()
+        if r.returncode != 0:
+            # One bad id (a job Slurm already dropped) fails the whole list: one at a time.
+            for s in due:
+                one = self.runner.run(["scontrol", "release", s.job_id], check=False, timeout=60)
+                if one.returncode == 0:
+                    s.released = self.clock.now()
+            return
+        for s in due:
+            s.released = now
+
+    def queue_counts(self) -> tuple[int, int, int]:
+        """(pending, running, ended) of the jobs submitted here (squeue keeps ended jobs for
+        MinJobAge; a job it no longer lists has ended)."""
+        out = self.runner.out(["squeue", "-h", "-t", "all", "-o", "%i %T"], timeout=30)
+        state = dict(ln.split(None, 1) for ln in out.splitlines() if " " in ln)
+        pending = running = 0
+        for s in self.subs:
+            st = state.get(s.job_id, "").strip()
+            if st == "PENDING":
+                pending += 1
+            elif st in ACTIVE:
+                running += 1
+        return pending, running, len(self.subs) - pending - running
+
+    def progress(self) -> Progress:
+        pending, running, ended = self.queue_counts()
+        return Progress(len(self.subs), sum(s.released is not None for s in self.subs),
+                        pending, running, ended, self.clock.now() - self.t0)
+
+    def run(self) -> None:
+        """Submit and release every job at its time; returns when the last is released."""
+        todo = sorted(self.jobs, key=lambda j: (j.offset_s, j.trace_id))
+        nxt = 0
+        held: list[Submission] = []
+        last_say = time.monotonic()
+        while nxt < len(todo) or held:
+            now = self.clock.now()
+            horizon = now + self.lead_s * self.clock.speed
+            while nxt < len(todo) and self.t0 + todo[nxt].offset_s <= horizon:
+                n_before = len(self.subs)
+                self._submit(todo[nxt])
+                if len(self.subs) > n_before:
+                    held.append(self.subs[-1])
+                nxt += 1
+                if held and self.clock.now() >= min(s.target for s in held):
+                    break  # something is due: release it first
+            now = self.clock.now()
+            due = [s for s in held if s.target <= now]
+            if due:
+                self._release(due)
+                held = [s for s in held if s.released is None and s not in due]
+            if self.say and time.monotonic() - last_say >= self.every_s:
+                self.say(self.progress())
+                last_say = time.monotonic()
+            upcoming = [s.target for s in held]
+            if nxt < len(todo):
+                upcoming.append(self.t0 + todo[nxt].offset_s - self.lead_s * self.clock.speed)
+            if upcoming:
+                wait = self.clock.real(min(upcoming)) - time.time()
+                time.sleep(min(max(wait, 0.0), 0.5))
+
+    def drain(self, deadline: float | None, poll_s: float = 1.0) -> bool:
+        """Wait until every submitted job has ended, or the faked `deadline`; True: all ended."""
+        last_say = time.monotonic()
+        while True:
+            p = self.progress()
+            if p.pending + p.running == 0:
+                if self.say:
+                    self.say(p)
+                return True
+            if deadline is not None and self.clock.now() >= deadline:
+                return False
+            if self.say and time.monotonic() - last_say >= self.every_s:
+                self.say(p)
+                last_say = time.monotonic()
+            time.sleep(poll_s)

@@ -1,0 +1,150 @@
+"""Replay metrics and fidelity statistics on synthetic sacct rows (no cluster)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from slurm_hetero.replay.fidelity import Fidelity, compare, measure, start_errors
+from slurm_hetero.replay.metrics import (
+    ALL,
+    Outcome,
+    PoolFigures,
+    Pools,
+    bsld,
+    figures,
+    outcomes,
+    runtime_errors,
+)
+from slurm_hetero.replay.report import comparison
+from slurm_hetero.replay.run import ArmResult
+from slurm_hetero.replay.sacct import FIELDS, parse_rows
+from slurm_hetero.replay.window import ReplayJob, Window
+from slurm_hetero.site import Site, load_site
+
+DATA = Path(__file__).resolve().parents[1] / "data"
+T0 = 1_000_000
+
+
+@pytest.fixture(scope="module")
+def kth() -> Site:
+    return load_site(DATA / "replay" / "kth-site.yaml")
+
+
+@pytest.fixture(scope="module")
+def demo() -> Site:
+    return load_site(Path(__file__).resolve().parents[2] / "site" / "demo" / "site.yaml")
+
+
+def row(jid: str, start: int | None, end: int | None, state: str = "COMPLETED", cpus: int = 1,
+        nodes: str = "sp2-01", limit: int = 10, tres: str = "", admin: str = "") -> str:
+    tres = tres or f"billing={cpus},cpu={cpus},mem={cpus}G,node=1"
+    elapsed = (end - start) if start and end else 0
+    return "|".join([jid, "batch", str(cpus), tres, nodes, str(T0), str(T0), str(start or "Unknown"),
+                     str(end or "Unknown"), str(elapsed), str(limit), state, admin])
+
+
+def rj(tid: str, offset: int, runtime: int, limit_min: int = 10, cpus: int = 1, measured: bool = True) -> ReplayJob:
+    return ReplayJob(tid, offset, runtime, limit_min, cpus, 0, "1", measured)
+
+
+def test_parse_rows_reads_epoch_times_states_and_the_bridge_comment_whole() -> None:
+    text = "\n".join([
+        row("1", T0 + 5, T0 + 65),
+        row("2", None, None, state="PENDING"),
+        row("3", T0, T0 + 600, state="CANCELLED by 0", tres="billing=16,cpu=1,gres/gpu=2,gres/gpu:h100=2"),
+        row("4", T0, T0 + 60, admin='{"hetero":1,"pred":{"p50":30,"p90":120},"note":"a|b"}'),
+    ]) + "\n"
+    r = {x.job_id: x for x in parse_rows(text)}
+    assert (r["1"].start, r["1"].end, r["1"].elapsed, r["1"].limit_min) == (T0 + 5, T0 + 65, 60, 10)
+    assert r["2"].start is None and r["2"].state == "PENDING"
+    assert r["3"].state == "CANCELLED" and (r["3"].accel, r["3"].accel_model) == (2, "h100")
+    assert r["4"].predicted_s == 120.0 and r["4"].admin["note"] == "a|b"
+    assert len(FIELDS) == 13
+
+
+def test_figures_bsld_waits_utilisation_and_kills(kth: Site) -> None:
+    jobs = [rj("a", 0, 60), rj("b", 0, 600, limit_min=5, cpus=50), rj("c", 100, 5), rj("d", 100, 100),
+            rj("w", -500, 1000, cpus=25, measured=False)]
+    sacct = parse_rows("\n".join([
+        row("1", T0, T0 + 60),                                       # no wait, bsld 1
+        row("2", T0 + 90, T0 + 90 + 300, "TIMEOUT", cpus=50, limit=5),  # killed at its own 5 min
+        row("3", T0 + 130, T0 + 135),                                # wait 30, run 5 → bsld 3.5
+        row("4", T0 + 100, T0 + 160, "TIMEOUT", limit=1),           # killed at 60 s, user asked 10 min
+        row("5", T0 - 500, T0 + 100, cpus=25),                        # warm-up: used, not measured
+    ]))
+    subs = [(j, str(i + 1), float(T0 + j.offset_s), float(T0 + j.offset_s)) for i, j in enumerate(jobs)]
+    outs = outcomes(subs, {r.job_id: r for r in sacct}, Pools(kth))
+    f = figures(outs, Pools(kth).capacity, T0, 1.0, T0 + 3600)
+    assert set(f) == {ALL, "cpu@x86_64"}
+    a = f[ALL]
+    assert (a.jobs, a.started, a.killed_at_limit, a.killed_early, a.failed, a.unfinished) == (4, 4, 2, 1, 0, 0)
+    assert a.wait_mean == pytest.approx((0 + 90 + 30 + 0) / 4)
+    assert a.ave_bsld == pytest.approx((1 + (90 + 300) / 300 + 35 / 10 + 1) / 4)
+    used = 60 + 300 * 50 + 5 + 60 + 100 * 25
+    assert a.utilisation == pytest.approx(used / (100 * 3600))
+    assert sorted(runtime_errors(outs)) == [-40.0, 0.0, 0.0, 0.0, 0.0]  # d: 40 s short of its runtime
+
+
+def test_unstarted_and_missing_jobs_count_against_the_arm(kth: Site) -> None:
+    jobs = [rj("a", 0, 60), rj("b", 0, 60)]
+    sacct = parse_rows(row("1", None, None, state="PENDING") + "\n")
+    outs = outcomes([(j, str(i + 1), float(T0), None) for i, j in enumerate(jobs)],
+                    {r.job_id: r for r in sacct}, Pools(kth))
+    f = figures(outs, Pools(kth).capacity, T0, 1.0, T0 + 600)[ALL]
+    assert (f.started, f.unfinished, f.bad_states) == (0, 2, {"NOT_IN_SACCT": 1})
+    assert f.ave_bsld == pytest.approx(600 / 60 + 1)  # waited 600 s so far, runs 60: a lower bound
+
+
+def test_pools_of_a_heterogeneous_site(demo: Site) -> None:
+    p = Pools(demo)
+    assert p.capacity["h100@x86_64"] == 8 and p.capacity["ascend-910b@aarch64"] == 16
+    assert p.capacity["cpu@x86_64"] == 256 and p.units["h100@x86_64"] > 1
+    gpu = parse_rows(row("1", T0, T0 + 1, nodes="h100-01", tres="cpu=1,gres/gpu=1,gres/gpu:h100=1") + "\n")[0]
+    npu = parse_rows(row("2", T0, T0 + 1, nodes="npu-[01-02]", tres="cpu=1,gres/npu=2,gres/npu:910b=2") + "\n")[0]
+    cpu = parse_rows(row("3", T0, T0 + 1, nodes="cpu-arm-01") + "\n")[0]
+    assert (p.of(gpu), p.of(npu), p.of(cpu), p.of(None)) == (
+        "h100@x86_64", "ascend-910b@aarch64", "cpu@aarch64", "unassigned")
+
+
+def test_bsld_bound() -> None:
+    assert bsld(0, 1) == 1.0 and bsld(20, 1) == pytest.approx(2.1) and bsld(100, 100) == 2.0
+
+
+def _out(tid: str, due: float, start: float, run: float, expected: int | None = None) -> Outcome:
+    exp = int(run) if expected is None else expected
+    return Outcome(tid, tid, True, due, due, start, start + run, "COMPLETED", exp, exp, 600, 1, 0, "p")
+
+
+def test_fidelity_start_and_runtime_errors_and_the_refusal() -> None:
+    x1 = [_out("1", 0, 0, 100), _out("2", 10, 110, 50), _out("3", 20, 25, 10)]
+    xk = [_out("1", 1000, 1002, 103, 100), _out("2", 1010, 1140, 52, 50), _out("4", 5, 5, 1)]
+    assert start_errors(x1, xk) == [2.0, 30.0]
+    figs = {ALL: figures(x1, {"cpu@x": 1}, 0, 1, 200)[ALL]}
+    figk = {ALL: figures(xk, {"cpu@x": 1}, 1000, 1, 1200)[ALL]}
+    fid = measure(x1, xk, figs, figk, 20.0)
+    assert fid.jobs == 2 and fid.start_error["max_abs"] == 30.0 and fid.runtime_error_xk["max_abs"] == 3.0
+    assert Fidelity.from_json(fid.to_json()) == fid
+    a = figs[ALL]
+    assert fid.bsld_rel_error is not None and fid.bsld_rel_error > 0
+    # An arm that differs less than the replay's own error is not compared...
+    same = compare(a, a, fid)
+    assert not same.comparable and "within the replay's own error" in same.why
+    # ...nor one whose waits differ less than the p90 start error.
+    closer = PoolFigures(ALL, ave_bsld=a.ave_bsld * 10, wait_mean=(a.wait_mean or 0) + 1)
+    v = compare(a, closer, fid)
+    assert not v.comparable and "start-time error" in v.why
+    far = PoolFigures(ALL, ave_bsld=a.ave_bsld * 10, wait_mean=(a.wait_mean or 0) + 10_000)
+    assert compare(a, far, fid).comparable
+    assert compare(a, far, None).comparable and "not checked" in compare(a, far, None).why
+
+
+def test_comparison_gives_ratios_only_when_comparable() -> None:
+    def arm(name: str, bsld_: float, wait: float) -> ArmResult:
+        f = {ALL: PoolFigures(ALL, ave_bsld=bsld_, wait_mean=wait)}
+        return ArmResult(name, 20, Window(0, 1), 0, 0, [], f, True)
+    fid = Fidelity(20, 10, {"p90_abs": 60.0}, {}, {}, 2.0, 2.2)  # 10% AVEbsld error
+    rows = comparison([arm("plain", 2.0, 600), arm("bridge", 1.4, 300), arm("b2", 1.9, 590)], fid)
+    assert rows[0]["ave_bsld_ratio"] == pytest.approx(0.7) and rows[0]["wait_mean_ratio"] == 0.5
+    assert rows[1]["comparable"] is False and "ave_bsld_ratio" not in rows[1]

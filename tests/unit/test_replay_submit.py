@@ -1,0 +1,122 @@
+"""The submitter against a fake Slurm on a fast clock: held ahead of time, released at it,
+a burst in one release; and the dev cluster's slurm.conf for an accelerated clock."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from slurm_hetero.devcluster.clock import REMOVED_KEYS, ClockSpec, accelerate_conf, join_env
+from slurm_hetero.devcluster.cluster import without_bridge
+from slurm_hetero.errors import InputError, RuntimeFailure
+from slurm_hetero.replay.clockmap import ClockMap, calibrate
+from slurm_hetero.replay.submit import Request, Submitter
+from slurm_hetero.replay.window import ReplayJob
+from slurm_hetero.slurm.runner import Runner
+
+SPEED = 100.0
+
+
+@dataclass
+class FakeSlurm(Runner):
+    clock: ClockMap | None = None
+    calls: list[tuple[float, list[str]]] = field(default_factory=list)
+    ids: int = 0
+    held: set[str] = field(default_factory=set)
+
+    def run(self, argv: Sequence[str], *, check: bool = True, timeout: float | None = None,
+            input: str | None = None) -> subprocess.CompletedProcess[str]:
+        assert self.clock is not None
+        argv = list(argv)
+        self.calls.append((self.clock.now(), argv))
+        out = ""
+        if argv[0] == "sbatch":
+            assert "--hold" in argv
+            self.ids += 1
+            self.held.add(str(self.ids))
+            out = f"{self.ids}\n"
+        elif argv[:2] == ["scontrol", "release"]:
+            self.held -= set(argv[2].split(","))
+        elif argv[0] == "squeue":
+            out = "".join(f"{i} PENDING\n" for i in sorted(self.held))
+        return subprocess.CompletedProcess(argv, 0, out, "")
+
+
+def test_jobs_are_held_ahead_and_released_at_their_time_a_burst_in_one_call(tmp_path: Path) -> None:
+    clock = ClockMap(time.time(), 0.0, SPEED)
+    slurm = FakeSlurm(clock=clock)
+    t0 = clock.now() + 1.0 * SPEED  # the window starts in a real second
+    offsets = [0, 0, 0, 0, 0, 50, 120, 121, 200]
+    jobs = [ReplayJob(str(i), off, 60, 5, 1, 0, "1", True) for i, off in enumerate(offsets)]
+    sub = Submitter(slurm, jobs, clock, t0, Request(False), tmp_path / "job.sh", tmp_path, lead_s=0.5)
+    sub.run()
+    assert len(sub.subs) == len(jobs) and not sub.failed and not slurm.held
+    by_id = {s.job_id: s for s in sub.subs}
+    submitted = {line[1][0] for line in slurm.calls}
+    assert submitted >= {"sbatch", "scontrol"}
+    sbatch_at = {str(i + 1): t for i, (t, argv) in enumerate([c for c in slurm.calls if c[1][0] == "sbatch"])}
+    for jid, s in by_id.items():
+        assert s.released is not None and s.released >= s.target  # never early
+        assert s.released - s.target < 0.5 * SPEED  # and late by under half a real second
+        assert sbatch_at[jid] < s.target  # submitted (held) before it was due
+    releases = [argv[2] for _, argv in slurm.calls if argv[:2] == ["scontrol", "release"]]
+    assert "1,2,3,4,5" in releases  # the burst of five: one call
+
+
+def test_a_refused_submission_is_recorded_not_fatal(tmp_path: Path) -> None:
+    class Refusing(FakeSlurm):
+        def run(self, argv: Sequence[str], **kw: object) -> subprocess.CompletedProcess[str]:  # type: ignore[override]
+            if argv[0] == "sbatch" and "--job-name=r1" in argv:
+                return subprocess.CompletedProcess(list(argv), 1, "", "sbatch: error: Invalid account\n")
+            return super().run(argv)
+
+    clock = ClockMap(time.time(), 0.0, SPEED)
+    sub = Submitter(Refusing(clock=clock), [ReplayJob(str(i), 10, 1, 1, 1, 0, "1", True) for i in range(3)],
+                    clock, clock.now() + 50, Request(False), tmp_path / "j", tmp_path, lead_s=0.2)
+    sub.run()
+    assert [j.trace_id for j, _ in sub.failed] == ["1"] and "Invalid account" in sub.failed[0][1]
+    assert len(sub.subs) == 2
+
+
+def test_calibration_refuses_a_client_off_the_shared_clock() -> None:
+    class Date(Runner):
+        def __init__(self, speed: float) -> None:
+            super().__init__()
+            self.base, self.speed = time.time(), speed
+
+        def run(self, argv: Sequence[str], **kw: object) -> subprocess.CompletedProcess[str]:  # type: ignore[override]
+            return subprocess.CompletedProcess(list(argv), 0, f"{self.base + (time.time() - self.base) * self.speed}\n", "")
+
+    c = calibrate(Date(20.0), 20.0, check_after=0.2)
+    assert abs(c.now() - (c.faked0 + (time.time() - c.real0) * 20)) < 1.0
+    with pytest.raises(RuntimeFailure, match="runs x1"):
+        calibrate(Date(1.0), 20.0, check_after=0.2)
+
+
+def test_accelerated_slurm_conf_drops_the_hooks_and_scales_timeouts() -> None:
+    conf = ("ClusterName=x\nProlog=/p\nEpilog=/e\nPrologFlags=Alloc\nHealthCheckProgram=/h\n"
+            "HealthCheckInterval=20\nHealthCheckNodeState=ANY\nTaskProlog=/t\n# Prolog=/kept-comment\n"
+            "JobAcctGatherFrequency=30\nJobSubmitPlugins=lua\n")
+    out = accelerate_conf(conf, ClockSpec(20))
+    keys = {ln.split("=", 1)[0]: ln.split("=", 1)[1] for ln in out.splitlines() if "=" in ln and ln[0] != "#"}
+    assert not set(REMOVED_KEYS) & set(keys)
+    assert "# Prolog=/kept-comment" in out
+    assert (keys["MessageTimeout"], keys["BatchStartTimeout"], keys["JobAcctGatherFrequency"]) == ("200", "200", "600")
+    assert keys["SlurmdTimeout"] == "6000" and keys["JobSubmitPlugins"] == "lua"
+    assert accelerate_conf(conf, ClockSpec(1000)).count("SlurmdTimeout=65533") == 1  # a uint16 in Slurm
+    assert "JobSubmitPlugins" not in {ln.split("=")[0] for ln in without_bridge(conf).splitlines()}
+    with pytest.raises(InputError, match="--speed"):
+        ClockSpec(0.5)
+
+
+def test_join_env_needs_the_holders_shared_clock() -> None:
+    env = join_env({"FAKETIME": "+0 x20", "FAKETIME_SHARED": "/sem /shm", "OTHER": "x"}, "/lib.so")
+    assert env == {"LD_PRELOAD": "/lib.so", "FAKETIME": "+0 x20", "FAKETIME_SHARED": "/sem /shm",
+                   "FAKETIME_DONT_RESET": "1"}
+    with pytest.raises(RuntimeFailure, match="FAKETIME_SHARED"):
+        join_env({"FAKETIME": "+0 x20"}, "/lib.so")
