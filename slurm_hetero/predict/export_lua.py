@@ -19,7 +19,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import jinja2
 import numpy as np
 import pandas as pd
 
@@ -28,8 +27,8 @@ from slurm_hetero.fileio import write_atomic
 from slurm_hetero.jobs.sacct import ACCEL_GRES
 from slurm_hetero.predict import features as F
 from slurm_hetero.predict.train import Model
+from slurm_hetero.templating import environment
 
-TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
 TEMPLATE = "predict_model.lua.j2"
 USERS_PER_FUNCTION = 400  # x 18 constants each: far below Lua 5.1's 2^18 per function
 MAX_TREE_DEPTH = 48  # Lua 5.1's parser nests at most 200 C levels; each `if` takes a few
@@ -142,12 +141,10 @@ def export_text(model: Model, history: pd.DataFrame, until: int | None = None,
 
 
 def render(model: Model, users: dict[str, list[float]], until: int, generated_at: int | None = None) -> str:
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)),
-                             undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
-                             trim_blocks=True, lstrip_blocks=True, autoescape=False)
-    return env.get_template(TEMPLATE).render(
+    return environment().get_template(TEMPLATE).render(
         generated_at=int(generated_at if generated_at is not None else time.time()),
-        trained_on=", ".join(model.info.get("sources", [])) or "unknown data",
+        # A Lua comment line: a source name (a file name) must not end it and start code.
+        trained_on=" ".join((", ".join(model.info.get("sources", [])) or "unknown data").split()),
         n_users=len(users), history_until=until,
         quantile=lua_number(model.quantile), default_runtime=lua_number(model.default_runtime),
         upper_shift=lua_number(model.upper_shift),

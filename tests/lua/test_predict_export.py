@@ -212,3 +212,12 @@ def test_system_lua51_agrees(lua: Any, lmodel: Any, exported: str, tmp_path: Pat
     want = lua.execute("local m = ...; return m.predict_desc({ user_name = 'user001', time_limit = 120, "
                        "min_cpus = 4 }, 2e9)", lmodel)
     assert [float(v) for v in out.split()] == list(want)
+
+
+def test_a_source_name_cannot_end_the_comment_line(lua: Any, model: Model, table: pd.DataFrame) -> None:
+    import dataclasses
+
+    hostile = dataclasses.replace(model, info={**model.info, "sources": ["t.swf\nerror('ran')"]})
+    text = export_lua.export_text(hostile, table)
+    assert "\nerror('ran')" not in text
+    assert lua.execute(SANDBOX, text) is not None  # loads, and nothing of the name ran
