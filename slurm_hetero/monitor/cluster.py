@@ -18,8 +18,6 @@ import json
 import logging
 import math
 import re
-import signal
-import threading
 import time
 from collections import Counter, OrderedDict, defaultdict
 from collections.abc import Callable, Iterable, Iterator
@@ -27,11 +25,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from slurm_hetero.bridge.snapshot import read_forecast
 from slurm_hetero.errors import RuntimeFailure
+from slurm_hetero.monitor.serve import serve
 from slurm_hetero.site.model import Site
 from slurm_hetero.site.pools import pools
 from slurm_hetero.slurm import hostlist
@@ -547,22 +545,4 @@ def _sacct_time(t: float) -> str:
 def serve_cluster(exporter: ClusterExporter, port: int, addr: str = "0.0.0.0",
                   stop: Callable[[], bool] | None = None, ready: Callable[[int], None] | None = None) -> None:
     """Serve /metrics and run rounds until stop() (default: SIGTERM/SIGINT)."""
-    stopping = threading.Event()
-    if stop is None:
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, lambda *_: stopping.set())
-        stop = stopping.is_set
-    reg = CollectorRegistry(auto_describe=False)
-    reg.register(exporter)
-    from prometheus_client import ProcessCollector
-
-    ProcessCollector(registry=reg)
-    server, thread = start_http_server(port, addr, registry=reg)
-    if ready:
-        ready(int(server.server_address[1]))
-    try:
-        exporter.run(stop)
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=5)
+    serve(exporter, port, addr, stop, ready)

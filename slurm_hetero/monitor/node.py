@@ -14,21 +14,19 @@ import json
 import logging
 import math
 import platform
-import signal
-import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from prometheus_client import CollectorRegistry, ProcessCollector, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from slurm_hetero.energy.devices import ControlUnsupported, DeviceInfo, DeviceLayer
 from slurm_hetero.monitor.counters import FILE as COUNTERS_FILE
 from slurm_hetero.monitor.counters import EnergyCounters
 from slurm_hetero.monitor.holders import DeviceKey, Holder, Holders
+from slurm_hetero.monitor.serve import serve
 from slurm_hetero.monitor.status import DeviceStatus, read_status
 from slurm_hetero.site.names import normalize_arch
 
@@ -449,28 +447,8 @@ def _sleep_until_stopped(seconds: float, stop: Callable[[], bool]) -> None:
         time.sleep(min(left, 0.2))
 
 
-def registry_for(exporter: NodeExporter) -> CollectorRegistry:
-    reg = CollectorRegistry(auto_describe=False)
-    reg.register(exporter)
-    ProcessCollector(registry=reg)
-    return reg
-
-
 def serve_node(exporter: NodeExporter, port: int, addr: str = "0.0.0.0",
                stop: Callable[[], bool] | None = None, ready: Callable[[int], None] | None = None) -> None:
     """Serve /metrics on addr:port and sample until stop() (default: SIGTERM/SIGINT)."""
-    stopping = threading.Event()
-    if stop is None:
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, lambda *_: stopping.set())
-        stop = stopping.is_set
     exporter.sample()  # the first scrape already has devices
-    server, thread = start_http_server(port, addr, registry=registry_for(exporter))
-    if ready:
-        ready(int(server.server_address[1]))
-    try:
-        exporter.run(stop)
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=5)
+    serve(exporter, port, addr, stop, ready)

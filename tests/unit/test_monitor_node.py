@@ -28,8 +28,8 @@ from slurm_hetero.monitor.node import (
     Sample,
     aggregate,
     node_arch,
-    registry_for,
 )
+from slurm_hetero.monitor.serve import registry_for
 from slurm_hetero.monitor.status import DeviceStatus
 from slurm_hetero.site.policies import DEFAULT_POLICIES, AutoRule
 

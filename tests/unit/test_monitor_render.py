@@ -19,8 +19,9 @@ from slurm_hetero.energy.backends import open_devices
 from slurm_hetero.energy.fake import FakeDevices
 from slurm_hetero.errors import InputError
 from slurm_hetero.monitor.cluster import ClusterExporter
-from slurm_hetero.monitor.node import NodeExporter, registry_for
+from slurm_hetero.monitor.node import NodeExporter
 from slurm_hetero.monitor.render import PrometheusSettings, render_prometheus, render_units, settings_for_site
+from slurm_hetero.monitor.serve import registry_for
 from slurm_hetero.site import load_site
 from tests.unit.test_monitor_cluster import CapturedSlurm
 
