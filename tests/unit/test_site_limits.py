@@ -28,29 +28,7 @@ from slurm_hetero.site import limits, load_site, load_site_text
 from slurm_hetero.site.limits import HostlistError, hostlist_size
 from slurm_hetero.site.load import SiteError
 from slurm_hetero.site.units import parse_bandwidth_gbs, parse_size_mib
-
-BASE = """\
-name: t
-partitions:
-  - {name: cpu, default: true}
-  - {name: gpu}
-node_groups:
-  - names: c[1-2]
-    architecture: x86_64
-    sockets: 2
-    cores_per_socket: 8
-    memory: 64GB
-    partitions: [cpu]
-  - names: g[1-2]
-    architecture: x86_64
-    sockets: 2
-    cores_per_socket: 8
-    memory: 256GB
-    memory_bandwidth: 200GB/s
-    partitions: [gpu]
-    accelerators:
-      - {model: a100-80gb, count: 4}
-"""
+from tests.unit.test_site_errors import BASE  # the same small valid site
 
 ROOT = Path(__file__).resolve().parents[2]
 CPU_BUDGET_S = 20.0  # measured: at most ~3.5 s on a shared 2-core machine
