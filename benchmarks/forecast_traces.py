@@ -1,4 +1,4 @@
-"""Demand forecast on the shared traces: LightGBM vs seasonal-naive vs persistence (issue 17).
+"""Demand forecast on the shared traces: LightGBM vs seasonal-naive vs persistence.
 
 Per trace and pool: the minute series of in-system demand (running + pending; cores for
 SWF, GPUs and cores for the Alibaba pods), from the time the trace's 5th-percentile job

@@ -11,7 +11,7 @@ runtime model trained on the trace's jobs that ended before the window's warm-up
 `--users local` every trace user becomes a local system user (created when missing) so
 the model's per-user history applies; `root` (the default) changes nothing on the machine
 but then the bridge knows no user's history. Windows are spread evenly over the trace.
-Needs root and the dev cluster's packages (`make deps`). Target (issue 13): ratio <= 0.7.
+Needs root and the dev cluster's packages (`make deps`). Target: ratio <= 0.7.
 """
 
 from __future__ import annotations

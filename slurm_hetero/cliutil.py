@@ -46,3 +46,9 @@ def site_option(fn: F) -> F:
     """`--site FILE` (into `site_path`), the demo site by default."""
     return click.option("--site", "site_path", type=click.Path(path_type=Path), default=str(DEMO_SITE),
                         help="Site file [default: the demo site]")(fn)
+
+
+def required_site_option(fn: F) -> F:
+    """`--site FILE` (into `site_path`) for commands that must not guess the site."""
+    return click.option("--site", "site_path", type=click.Path(path_type=Path), required=True,
+                        help="The site file the cluster is built from.")(fn)

@@ -11,7 +11,7 @@ class Profile:
     """Deployment-specific settings. Defaults are a conventional production layout."""
 
     conf_dir: str = "/etc/slurm"
-    # issue 12: None takes the site's (slurm.cluster_name, slurm.controllers, slurm.accounting),
+    # None takes the site's (slurm.cluster_name, slurm.controllers, slurm.accounting),
     # else the greenfield defaults: ClusterName = the site's name, controller `slurmctld`,
     # accounting on `slurmdbd:6819`. Set them to override the site (the dev cluster does).
     cluster_name: str | None = None
@@ -53,7 +53,7 @@ class Profile:
     # An exported runtime model (`slurm-hetero model export`), compiled into job_submit.lua.
     model_lua: str | None = None
     snapshot_stale_s: int = 30
-    # containers (issue 6): the node-side wrapper and TaskProlog run as `python -I -S` from
+    # containers: the node-side wrapper and TaskProlog run as `python -I -S` from
     # hetero_lib, the folder holding the slurm_hetero package (stdlib-only modules).
     python: str = "/usr/bin/python3"
     hetero_lib: str = "/usr/local/lib/slurm-hetero/lib"

@@ -40,9 +40,9 @@ __all__ = ["OUTPUTS", "Profile", "agent_config", "device_paths", "devices_spec",
            "render_site", "render_template", "write_files"]
 OUTPUTS: tuple[str, ...] = ("slurm.conf", "gres.conf", "cgroup.conf", "plugstack.conf",
                             "job_submit.lua", "qos.sacctmgr")
-# containers (issue 6): Slurm's OCI config, what the node-side wrapper reads, the TaskProlog.
+# containers: Slurm's OCI config, what the node-side wrapper reads, the TaskProlog.
 OUTPUTS += ("oci.conf", "hetero-containers.json", "hetero-taskprolog")
-# energy (issue 5): the systemd unit of `node sample`, for nodes with a sampled backend, and
+# energy: the systemd unit of `node sample`, for nodes with a sampled backend, and
 # the HealthCheckProgram that restores devices a killed slurmstepd left changed.
 OUTPUTS += ("hetero-sampler.service", "hetero-healthcheck")
 # The bridge daemon's systemd unit (controller); it re-reads the site file rendered beside it.

@@ -1,4 +1,4 @@
-"""What the rendered Slurm files say about the installation (issue 12): cluster name,
+"""What the rendered Slurm files say about the installation: cluster name,
 controllers, accounting and release, from the site's `slurm:` section unless the Profile
 overrides them; and where the site's pass-through lines go.
 

@@ -8,21 +8,12 @@ people testing it by hand.
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
 
 import click
 from rich.table import Table
 
-from slurm_hetero.cliutil import DEMO_SITE, console, reports_errors
-
-F = TypeVar("F", bound=Callable[..., Any])
-
-
-def _site_option(fn: F) -> F:
-    return click.option("--site", "site_path", type=click.Path(path_type=Path), default=str(DEMO_SITE),
-                        help="Site file [default: the demo site]")(fn)
+from slurm_hetero.cliutil import console, reports_errors, site_option
 
 
 @click.group()
@@ -40,7 +31,7 @@ def container_run(args: tuple[str, ...]) -> None:
 
 
 @container.command("images")
-@_site_option
+@site_option
 @reports_errors
 def container_images(site_path: Path) -> None:
     """List the site's image catalog: variants, bundle folders, minimum drivers."""
@@ -61,7 +52,7 @@ def container_images(site_path: Path) -> None:
 @click.option("--node", required=True, help="The node the job runs on.")
 @click.option("--gres", "gres", multiple=True, metavar="NAME=IDX",
               help="The job's indices on the node, e.g. gpu=0,1 or npu=2 (repeatable).")
-@_site_option
+@site_option
 @reports_errors
 def container_resolve(image: str, node: str, gres: tuple[str, ...], site_path: Path) -> None:
     """Show the variant, devices and variables a job with IMAGE would get on NODE."""
@@ -99,7 +90,7 @@ def container_resolve(image: str, node: str, gres: tuple[str, ...], site_path: P
 
 
 @container.command("stubs")
-@_site_option
+@site_option
 @click.option("--root", type=click.Path(path_type=Path), default=None,
               help="Images folder [default: the site's containers.images_root]")
 @reports_errors
@@ -114,7 +105,7 @@ def container_stubs(site_path: Path, root: Path | None) -> None:
 
 
 @container.command("busybox")
-@_site_option
+@site_option
 @click.option("--root", type=click.Path(path_type=Path), required=True, help="Images folder.")
 @reports_errors
 def container_busybox(site_path: Path, root: Path) -> None:

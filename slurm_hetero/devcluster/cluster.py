@@ -120,7 +120,7 @@ class ClusterMeta(TypedDict, total=False):
     node_ports: dict[str, int]
     model: str | None
     sampled_nodes: list[str]  # nodes whose devices `node sample` meters (npu-smi stand-ins)
-    # Replay (issue 13): the accelerated clock every Slurm process reads, and whether the
+    # Replay: the accelerated clock every Slurm process reads, and whether the
     # bridge (job_submit.lua, bridge daemon) is on. Absent: real time, bridge on.
     clock: dict[str, float]  # {"speed": K, "offset_s": OFF}
     bridge: bool
@@ -231,7 +231,7 @@ class Cluster:
         """Boot the cluster (or check an already running one); returns seconds to all-idle.
         `model`: an exported runtime model to compile into the bridge.
 
-        For replay (issue 13): `clock` runs every Slurm process on one accelerated clock
+        For replay: `clock` runs every Slurm process on one accelerated clock
         (`clock.py`; slurm.conf then has no Prolog/Epilog/HealthCheck/TaskProlog and its
         timeouts scaled, and the NPU samplers are not started); `bridge=False` leaves the
         bridge out (no job_submit.lua, no bridge daemon): Slurm as it comes."""
@@ -329,7 +329,7 @@ class Cluster:
             agent_state_dir=str(self.agent_dir),
             agent_devices=self.fake_devices,
             node_ports=dict(meta["node_ports"]),
-            # containers (issue 6): the wrapper from this checkout, runc state and image
+            # containers: the wrapper from this checkout, runc state and image
             # bundles in the workdir.
             python=sys.executable, hetero_lib=str(Path(__file__).resolve().parents[2]),
             runc_root=str(self.run / "runc"), images_root=str(self.workdir / "images"),
@@ -355,13 +355,13 @@ class Cluster:
             "slurmdbd.conf", dbd_port=meta["dbd_port"], db_socket=self.db_socket,
             auth_info=profile.auth_info, log_dir=self.log, run_dir=self.run)
         write_files(files, self.etc, modes={"slurmdbd.conf": 0o600})
-        write_stubs(site, str(profile.images_root))  # containers (issue 6): what --image names
+        write_stubs(site, str(profile.images_root))  # containers: what --image names
         for g in site.node_groups:
             for node in g.nodes:
                 (self.spool / node).mkdir(parents=True, exist_ok=True)
                 for path in device_paths(g, node, profile):
                     _emulated_device(Path(path))
-                # containers (issue 6): control devices and driver folders the wrapper mounts.
+                # containers: control devices and driver folders the wrapper mounts.
                 ctl_devices, driver_dirs = emulated_paths(site, profile, g, node)
                 for path in ctl_devices:
                     _emulated_device(Path(path))

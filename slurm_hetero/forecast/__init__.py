@@ -1,4 +1,4 @@
-"""Demand forecast per pool for the next 5, 15 and 60 minutes (issue 17).
+"""Demand forecast per pool for the next 5, 15 and 60 minutes.
 
 What is forecast (`demand`): per pool — "model@arch" for accelerators, in normalized units
 (devices times the model's units), "cpu@arch" for CPU-only jobs, in cores — the **peak, over the

@@ -14,7 +14,7 @@ from typing import Any
 
 import click
 
-from slurm_hetero.cliutil import DEMO_SITE, console, reports_errors
+from slurm_hetero.cliutil import console, reports_errors, site_option
 from slurm_hetero.errors import InputError
 
 AT_FORMS = "epoch seconds (a trace's own seconds for a trace) or YYYY-MM-DD[THH:MM[:SS]]"
@@ -57,8 +57,7 @@ def _fmt(v: float) -> str:
 
 
 @click.command("forecast")
-@click.option("--site", "site_path", type=click.Path(path_type=Path), default=None,
-              help="Site file: its pools and units [default: the demo site]")
+@site_option
 @click.option("--trace", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Forecast from an SWF trace (.swf[.gz]) or the Alibaba pods CSV instead of sacct.")
 @click.option("--at", "at_text", default=None,
@@ -67,7 +66,7 @@ def _fmt(v: float) -> str:
               help="History before --at to train on.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 @reports_errors
-def forecast(site_path: Path | None, trace: Path | None, at_text: str | None, days: float,
+def forecast(site_path: Path, trace: Path | None, at_text: str | None, days: float,
              as_json: bool) -> None:
     """Per-pool demand (peak in-system units, cores for CPU pools) for the next 5, 15, 60 minutes."""
     from slurm_hetero.forecast import HORIZONS
@@ -86,7 +85,7 @@ def forecast(site_path: Path | None, trace: Path | None, at_text: str | None, da
             raise InputError(f"--trace {trace}: no jobs")
         at = parse_at(at_text, tz) if at_text else float(table["submit"].max())
     else:
-        site = load_site(site_path or DEMO_SITE)
+        site = load_site(site_path)
         tz, notes = local_zone(), []
         at = parse_at(at_text, tz) if at_text else time.time()
         pools = PoolMap(site).pools()

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import click
 
-from slurm_hetero.cliutil import DEMO_SITE, reports_errors
+from slurm_hetero.cliutil import reports_errors, site_option
 from slurm_hetero.errors import InputError, RuntimeFailure
 
 DEFAULT_NODE_PORT = 9410
@@ -80,8 +80,7 @@ def node_exporter(node_name: str | None, port: int, listen: str, every: float, t
 
 
 @click.command("exporter")
-@click.option("--site", "site_path", type=click.Path(path_type=Path), default=str(DEMO_SITE),
-              help="Site file [default: the demo site]")
+@site_option
 @click.option("--snapshot", type=click.Path(path_type=Path), default=None,
               help="The bridge's capacity snapshot [default: /var/spool/slurmctld/hetero-snapshot.lua].")
 @click.option("--port", type=click.IntRange(0, 65535), default=DEFAULT_CLUSTER_PORT, show_default=True,

@@ -1,1 +1,1 @@
-"""What-if replay of a workload trace on the real Slurm under an accelerated clock (issue 13)."""
+"""What-if replay of a workload trace on the real Slurm under an accelerated clock."""

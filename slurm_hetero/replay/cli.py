@@ -17,7 +17,7 @@ from typing import Any
 
 import click
 
-from slurm_hetero.cliutil import console, reports_errors
+from slurm_hetero.cliutil import console, reports_errors, required_site_option
 from slurm_hetero.replay.backend import ClusterFactory
 
 
@@ -37,8 +37,7 @@ def replay_group(factory: Callable[[Path], Any]) -> click.Group:
     @replay.command("run")
     @click.option("--trace", type=click.Path(dir_okay=False, path_type=Path), required=True,
                   help="An SWF trace (.swf or .swf.gz).")
-    @click.option("--site", "site_path", type=click.Path(path_type=Path), required=True,
-                  help="The site file the cluster is built from.")
+    @required_site_option
     @click.option("--start", required=True,
                   help="Window start: epoch seconds, ISO date/time (UTC) or +N[dhm] after the "
                        "trace's first job.")

@@ -14,7 +14,6 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-import jinja2
 import matplotlib
 import numpy as np
 from matplotlib.axes import Axes
@@ -25,8 +24,8 @@ from matplotlib.ticker import FixedLocator, FuncFormatter, MaxNLocator
 from slurm_hetero.reports import fmt
 from slurm_hetero.reports.files import write_atomic
 from slurm_hetero.reports.model import Plot, Report, Table
+from slurm_hetero.templating import environment
 
-TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
 _RC: dict[Any, Any] = {"svg.fonttype": "none", "font.size": 9, "axes.spines.top": False,
                        "axes.spines.right": False, "axes.grid": True, "grid.alpha": 0.3,
                        "svg.hashsalt": "slurm-hetero"}
@@ -125,8 +124,7 @@ def _table_ctx(t: Table) -> dict[str, Any]:
 
 
 def render_html(report: Report) -> str:
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)),
-                             autoescape=True, undefined=jinja2.StrictUndefined)
+    env = environment(autoescape=True)
     sections = []
     for s in report.sections:
         sections.append({

@@ -1,4 +1,4 @@
-"""The `slurm:` section of a site file (issue 12): the Slurm installation a site already runs.
+"""The `slurm:` section of a site file: the Slurm installation a site already runs.
 
 Controllers, accounting, the release and the lines of an existing slurm.conf/gres.conf that
 slurm-hetero does not model are read here; every line is checked the way Slurm will read it

@@ -576,8 +576,8 @@ def load_site_text(text: str, source: str = "<site>", path: Path | None = None) 
     groups = b.node_groups(models, {p.name for p in partitions})
     policies, auto = b.energy()
     node_agent = b.node_agent()
-    images, containers, groups = load_containers(data, groups, b.err)  # containers (issue 6)
-    slurm = load_slurm(data, groups, partitions, b.err)  # issue 12: the existing installation
+    images, containers, groups = load_containers(data, groups, b.err)  # containers
+    slurm = load_slurm(data, groups, partitions, b.err)  # the existing installation
     if b.problems:
         raise SiteError(source, [p.format(source, positions) for p in b.problems])
     billing = Billing(**(data.get("billing") or {}))

@@ -37,10 +37,10 @@ class NodeGroup:
     partitions: tuple[str, ...]
     accelerators: tuple[AccelGroup, ...] = ()
     extra_features: tuple[str, ...] = ()
-    # containers (issue 6): per stack, what the nodes' drivers run; the nodes' fabric.
+    # containers: per stack, what the nodes' drivers run; the nodes' fabric.
     drivers: tuple[tuple[str, DriverInfo], ...] = ()
     fabric: str | None = None
-    # issue 12: more NodeName words of an existing site, as written (TmpDisk, State, ...).
+    # more NodeName words of an existing site, as written (TmpDisk, State, ...).
     options: tuple[tuple[str, str], ...] = ()
 
     @property
@@ -91,7 +91,7 @@ class Partition:
     max_time: str = "UNLIMITED"
     default_time: str | None = None
     predicted_limits: bool = False  # backfill mode: limits set to the predicted quantile
-    # issue 12: more PartitionName words of an existing site (AllowGroups, QOS, State, ...),
+    # more PartitionName words of an existing site (AllowGroups, QOS, State, ...),
     # and nodes of slurm.keep_nodes (not modeled) that are in this partition too.
     options: tuple[tuple[str, str], ...] = ()
     extra_nodes: str = ""
@@ -114,7 +114,7 @@ class Billing:
 
 @dataclass(frozen=True)
 class NodeAgent:
-    """energy (issue 5): how often Slurm's HealthCheckProgram restores devices whose job
+    """energy: how often Slurm's HealthCheckProgram restores devices whose job
     has no live slurmstepd (0: never), the site's own health check to run after it, and
     which stacks' nodes are metered through `node sample`."""
 
@@ -138,7 +138,7 @@ class Controller:
 
 @dataclass(frozen=True)
 class SlurmSettings:
-    """issue 12: the Slurm installation a site already runs. Every field is optional; the
+    """The Slurm installation a site already runs. Every field is optional; the
     defaults render what a greenfield site gets (controller `slurmctld`, accounting on
     `slurmdbd`). Lines are kept as written and placed by `conf render`."""
 
@@ -169,10 +169,10 @@ class Site:
     energy_policies: tuple[EnergyPolicy, ...] = DEFAULT_POLICIES
     energy_auto: AutoRule = field(default_factory=AutoRule)
     node_agent: NodeAgent = field(default_factory=NodeAgent)
-    # containers (issue 6): the image catalog by NAME:TAG, and container settings.
+    # containers: the image catalog by NAME:TAG, and container settings.
     images: dict[str, Image] = field(default_factory=dict)
     containers: ContainerSettings = field(default_factory=ContainerSettings)
-    # issue 12: controllers, accounting, version and lines of an existing installation.
+    # controllers, accounting, version and lines of an existing installation.
     slurm: SlurmSettings = field(default_factory=SlurmSettings)
 
     @property

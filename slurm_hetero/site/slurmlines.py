@@ -1,7 +1,7 @@
 """slurm.conf and gres.conf lines as Slurm reads them, and which keys slurm-hetero writes.
 
 The site file's `slurm:` section passes lines of an existing installation through to the
-rendered files (issue 12); the loader checks them here, `conf render` places them and
+rendered files; the loader checks them here, `conf render` places them and
 `conf import` reads a running site's files with the same rules. Standard library only.
 
 Slurm's reading of a line: `Key=Value` words separated by blanks, keys in any case, a value

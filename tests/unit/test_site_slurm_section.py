@@ -1,4 +1,4 @@
-"""The site file's `slurm:` section (issue 12): an existing installation's controllers,
+"""The site file's `slurm:` section: an existing installation's controllers,
 accounting, release and lines, how they render, and the located errors for bad ones."""
 
 from __future__ import annotations
