@@ -20,6 +20,7 @@ from slurm_hetero.devcluster import Cluster
 from slurm_hetero.errors import RuntimeFailure
 from slurm_hetero.reports import Period, sacct_report, write_html
 from slurm_hetero.site import Site, load_site
+from slurm_hetero.slurm.commands import cancel_argv
 from slurm_hetero.slurm.comment import parse_comment
 from slurm_hetero.slurm.jobs import sacct_jobs, submit, wait_done
 from slurm_hetero.slurm.parse import parse_tres
@@ -145,7 +146,7 @@ def run_demo(site_path: Path, workdir: Path, console: Console) -> int:
         ids = _run_jobs(runner, BRIDGE_JOBS, out_dir)
         table, failed2 = _table("2. the same needs through the bridge (V100 pool full)", runner, ids, True)
     finally:
-        runner.run(["scancel", str(filler)], check=False)
+        runner.run(cancel_argv([filler]), check=False)
     console.print(table)
     r = runner.run(["sbatch", *TYPO, "--wrap", "true"], check=False)
     console.print(f"3. a typo is rejected before it queues: [bold]sbatch {' '.join(TYPO)}[/bold] "

@@ -18,11 +18,11 @@ from pathlib import Path
 from slurm_hetero.fileio import write_atomic
 from slurm_hetero.site.model import Site
 from slurm_hetero.site.pools import pools
+from slurm_hetero.slurm.commands import sinfo_capacity_argv
 from slurm_hetero.slurm.parse import parse_gres
 from slurm_hetero.slurm.runner import Runner
 from slurm_hetero.slurm.squeue import SQUEUE_JSON_ARGV, QueuedJob, parse_squeue_json
 
-SINFO_ARGS = ["sinfo", "-N", "-h", "-O", "NodeList:|,StateLong:|,Gres:|,GresUsed:|,Features:|"]
 _UNAVAILABLE = ("drain", "down", "fail", "maint", "reserved", "unknown", "not_responding",
                 "future", "power")
 ARCHES = ("x86_64", "aarch64")
@@ -41,7 +41,7 @@ def _model_of(site: Site) -> dict[tuple[str, str], str]:
 
 
 def build_snapshot(site: Site, sinfo_text: str, jobs: Iterable[QueuedJob]) -> dict[str, PoolCapacity]:
-    """Pure: capacity per pool key from `SINFO_ARGS` output and the queue (`squeue --json`:
+    """Pure: capacity per pool key from `sinfo_capacity_argv()` output and the queue (`squeue --json`:
     a feature expression may hold `|`, so no text format of squeue is safe to split)."""
     model_of = _model_of(site)
     caps = {p.key: PoolCapacity() for p in pools(site)}
@@ -121,7 +121,7 @@ def take_snapshot(site: Site, runner: Runner, path: Path, jobs: Iterable[QueuedJ
     """Write the snapshot; `jobs`: the queue when the caller has just read it."""
     if jobs is None:
         jobs, _ = parse_squeue_json(runner.out(SQUEUE_JSON_ARGV))
-    caps = build_snapshot(site, runner.out(SINFO_ARGS), jobs)
+    caps = build_snapshot(site, runner.out(sinfo_capacity_argv()), jobs)
     write_atomic(path, to_lua(caps, time.time(), forecast))
     return caps
 

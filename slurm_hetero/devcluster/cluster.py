@@ -43,7 +43,15 @@ from slurm_hetero.devcluster import procs
 from slurm_hetero.energy.fake import FakeDevices
 from slurm_hetero.errors import InputError, RuntimeFailure
 from slurm_hetero.site.model import Site
-from slurm_hetero.slurm.parse import SINFO_FORMAT, NodeInfo, parse_sinfo_nodes
+from slurm_hetero.slurm.commands import (
+    cancel_user_argv,
+    ping_argv,
+    sacctmgr_argv,
+    sacctmgr_list_argv,
+    sinfo_nodes_argv,
+    squeue_ids_argv,
+)
+from slurm_hetero.slurm.parse import NodeInfo, parse_sinfo_nodes
 from slurm_hetero.slurm.runner import Runner
 
 # Slurm's config parser cannot quote paths: keep the workdir to these characters.
@@ -222,7 +230,7 @@ class Cluster:
         return bool(self.info()) and all(self.pid(d) for d in ds if not d.supervised)
 
     def nodes(self) -> dict[str, NodeInfo]:
-        return parse_sinfo_nodes(self.runner.out(["sinfo", "-N", "-h", "-o", SINFO_FORMAT]))
+        return parse_sinfo_nodes(self.runner.out(sinfo_nodes_argv()))
 
     # ---- up ---------------------------------------------------------------------------
     def up(self, site: Site, timeout: float = 90.0, log: object = print,
@@ -493,16 +501,15 @@ class Cluster:
                 procs.stop(pid, d.expect)
 
     def _ctld_ready(self) -> bool:
-        r = self.runner.run(["scontrol", "ping"], check=False, timeout=5)
+        r = self.runner.run(ping_argv(), check=False, timeout=5)
         return "UP" in str(r.stdout)
 
     def _register_accounting(self, site: Site) -> None:
-        sacctmgr = ["sacctmgr", "-i"]
-        existing = self.runner.out([*sacctmgr, "-n", "-P", "list", "cluster", "format=cluster"])
+        existing = self.runner.out(sacctmgr_list_argv("cluster", "cluster"))
         if site.name not in existing.split():
-            self.runner.run([*sacctmgr, "add", "cluster", site.name])
+            self.runner.run(sacctmgr_argv("add", "cluster", site.name))
         qos_file = (self.etc / "qos.sacctmgr").read_text()
-        have_qos = self.runner.out([*sacctmgr, "-n", "-P", "list", "qos", "format=name"]).split()
+        have_qos = self.runner.out(sacctmgr_list_argv("qos", "name")).split()
         for line in qos_file.splitlines():
             argv = shlex.split(line, comments=True)
             if not argv:
@@ -510,10 +517,11 @@ class Cluster:
             if argv[2:4] == ["add", "qos"] and argv[4] in have_qos:
                 continue
             self.runner.run(argv)
-        self.runner.run([*sacctmgr, "add", "account", ACCOUNT, f"cluster={site.name}",
-                         "description=slurm-hetero dev cluster", "organization=local"], check=False)
-        self.runner.run([*sacctmgr, "add", "user", "root", f"account={ACCOUNT}",
-                         f"cluster={site.name}"], check=False)
+        self.runner.run(sacctmgr_argv("add", "account", ACCOUNT, f"cluster={site.name}",
+                                      "description=slurm-hetero dev cluster", "organization=local"),
+                        check=False)
+        self.runner.run(sacctmgr_argv("add", "user", "root", f"account={ACCOUNT}", f"cluster={site.name}"),
+                        check=False)
 
     def _wait_idle(self, timeout: float) -> None:
         want = set(self.info().get("nodes", []))
@@ -543,9 +551,9 @@ class Cluster:
         stopped = []
         ds = self.daemons()
         if self.pid(self.daemon("slurmctld")) and self.pid(self.daemon("munged")):  # end jobs cleanly
-            self.runner.run(["scancel", "--full", "--user=root"], check=False, timeout=10)
+            self.runner.run(cancel_user_argv("root"), check=False, timeout=10)
             procs.wait_until(lambda: not self.runner.run(
-                ["squeue", "-h", "-o", "%i"], check=False, timeout=5).stdout.strip(), 10)
+                squeue_ids_argv(), check=False, timeout=5).stdout.strip(), 10)
         for d in reversed(ds):
             pid = self.pid(d)
             if pid:

@@ -33,10 +33,10 @@ from slurm_hetero.monitor.serve import serve
 from slurm_hetero.site.model import Site
 from slurm_hetero.site.pools import pools
 from slurm_hetero.slurm import hostlist
+from slurm_hetero.slurm.commands import sacct_ended_argv, sinfo_nodes_argv
 from slurm_hetero.slurm.comment import parse_comment
 from slurm_hetero.slurm.parse import (
     SACCT_DELIMITER,
-    SINFO_FORMAT,
     NodeInfo,
     parse_gres,
     parse_sacct,
@@ -46,11 +46,11 @@ from slurm_hetero.slurm.runner import Runner
 from slurm_hetero.slurm.squeue import MAX_JSON_BYTES, SQUEUE_JSON_ARGV, QueuedJob, parse_job
 
 log = logging.getLogger("slurm-hetero.monitor")
-SINFO_ARGV = ["sinfo", "-N", "-h", "-o", SINFO_FORMAT]
 ARCHES = ("x86_64", "aarch64")
 NODE_STATES = ("idle", "alloc", "mix", "drain", "down", "other")
 FINISHED_OK = "COMPLETED"
 SACCT_FIELDS = ["JobID", "State", "End", "AdminComment"]
+ENDED_STATES = ("CD", "F", "TO", "CA", "NF", "OOM", "PR")
 _SNAPSHOT_GEN = re.compile(rb"generated_at\s*=\s*(\d+)")
 
 
@@ -366,7 +366,7 @@ class ClusterExporter:
             entries, problems = parse_queue(self._out(SQUEUE_JSON_ARGV))
         except ValueError as e:
             raise RuntimeFailure(f"squeue --json: unreadable answer: {e}") from e
-        nodes = parse_sinfo_nodes(self._out(SINFO_ARGV))
+        nodes = parse_sinfo_nodes(self._out(sinfo_nodes_argv()))
         now = self.clock()
         comments = [parse_comment(e.job.admin_comment) for e in entries]
         r = summarize(self.view, entries, nodes, now, comments)
@@ -405,9 +405,7 @@ class ClusterExporter:
         since = self._sacct_from if self._sacct_from is not None else until - 3600
         if until <= since:
             return
-        argv = ["sacct", "-X", "-n", "-P", "-a", f"--delimiter={SACCT_DELIMITER}",
-                "-S", _sacct_time(since), "-E", _sacct_time(until),
-                "-s", "CD,F,TO,CA,NF,OOM,PR", "-o", ",".join(SACCT_FIELDS)]
+        argv = sacct_ended_argv(_sacct_time(since), _sacct_time(until), SACCT_FIELDS, ENDED_STATES)
         try:
             rows = parse_sacct(self._out(argv), SACCT_FIELDS, SACCT_DELIMITER)
         except (RuntimeFailure, ValueError) as e:

@@ -49,6 +49,7 @@ from slurm_hetero.replay.metrics import (
 from slurm_hetero.replay.submit import BODY, Progress, Request, Submitter
 from slurm_hetero.replay.window import Selection, Window, account_for, check_speed
 from slurm_hetero.site.model import Site
+from slurm_hetero.slurm.commands import cancel_argv, sacctmgr_argv
 from slurm_hetero.slurm.runner import Runner
 
 Say = Callable[[str], None]
@@ -131,15 +132,15 @@ def add_accounts(runner: Runner, cluster: str, accounts: list[str], users: str =
     """One account per trace user; in it root, or the local user of the same name."""
     for i in range(0, len(accounts), chunk):
         names = ",".join(accounts[i:i + chunk])
-        runner.run(["sacctmgr", "-i", "add", "account", names, f"cluster={cluster}",
-                    "description=replayed trace user", "organization=replay"], timeout=120)
+        runner.run(sacctmgr_argv("add", "account", names, f"cluster={cluster}",
+                                 "description=replayed trace user", "organization=replay"), timeout=120)
         if users == "root":
-            runner.run(["sacctmgr", "-i", "add", "user", "root", f"account={names}",
-                        f"cluster={cluster}"], timeout=120)
+            runner.run(sacctmgr_argv("add", "user", "root", f"account={names}", f"cluster={cluster}"),
+                       timeout=120)
     if users == "local":
         for name in accounts:  # one each: a list of users and accounts would pair them all
-            runner.run(["sacctmgr", "-i", "add", "user", name, f"account={name}", f"defaultaccount={name}",
-                        f"cluster={cluster}"], timeout=120)
+            runner.run(sacctmgr_argv("add", "user", name, f"account={name}", f"defaultaccount={name}",
+                                     f"cluster={cluster}"), timeout=120)
 
 
 def ensure_local_users(names: list[str], runner: Runner | None = None) -> list[str]:
@@ -244,7 +245,7 @@ def run_arm(factory: ClusterFactory, workdir: Path, site: Site, sel: Selection, 
         if not all_ended:
             ids = [s.job_id for s in sub.subs]
             for i in range(0, len(ids), 500):
-                runner.run(["scancel", *ids[i:i + 500]], check=False, timeout=60)
+                runner.run(cancel_argv(ids[i:i + 500]), check=False, timeout=60)
         outs = outcomes(((s.job, s.job_id, s.target, s.released) for s in sub.subs), records, Pools(site))
         figs = figures(outs, Pools(site).capacity, t0, window.hours, end_now)
     except RuntimeFailure as e:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from slurm_hetero.errors import RuntimeFailure
+from slurm_hetero.slurm.commands import sacct_window_argv
 from slurm_hetero.slurm.comment import parse_comment
 from slurm_hetero.slurm.runner import Runner
 
@@ -65,8 +66,7 @@ def local_iso(epoch: float) -> str:
 
 def sacct_argv(since: float, until: float) -> list[str]:
     """Allocations (-X) of every user that existed between two epoch times (faked clock)."""
-    return ["sacct", "-a", "-X", "-P", "-n", "-S", local_iso(since), "-E", local_iso(until),
-            "-o", ",".join(FIELDS)]
+    return sacct_window_argv(local_iso(since), local_iso(until), FIELDS)
 
 
 def _time(v: str) -> int | None:

@@ -22,6 +22,7 @@ from pathlib import Path
 from slurm_hetero.errors import RuntimeFailure
 from slurm_hetero.replay.clockmap import ClockMap
 from slurm_hetero.replay.window import ReplayJob
+from slurm_hetero.slurm.commands import release_argv, squeue_states_argv
 from slurm_hetero.slurm.runner import Runner
 
 BODY = ("#!/bin/sh\n# slurm-hetero replay: a trace job's body, its runtime on the cluster's clock\n"
@@ -129,13 +130,13 @@ class Submitter:
             for i in range(0, len(due), chunk):
                 self._release(due[i:i + chunk], chunk)
             return
-        ids = ",".join(s.job_id for s in due)
-        r = self.runner.run(["scontrol", "release", ids], check=False, timeout=60)
+        ids = [s.job_id for s in due]
+        r = self.runner.run(release_argv(ids), check=False, timeout=60)
         now = self.clock.now()
         if r.returncode != 0:
             # One bad id (a job Slurm already dropped) fails the whole list: one at a time.
             for s in due:
-                one = self.runner.run(["scontrol", "release", s.job_id], check=False, timeout=60)
+                one = self.runner.run(release_argv([s.job_id]), check=False, timeout=60)
                 if one.returncode == 0:
                     s.released = self.clock.now()
             return
@@ -145,7 +146,7 @@ class Submitter:
     def queue_counts(self) -> tuple[int, int, int]:
         """(pending, running, ended) of the jobs submitted here (squeue keeps ended jobs for
         MinJobAge; a job it no longer lists has ended)."""
-        out = self.runner.out(["squeue", "-h", "-t", "all", "-o", "%i %T"], timeout=30)
+        out = self.runner.out(squeue_states_argv(), timeout=30)
         state = dict(ln.split(None, 1) for ln in out.splitlines() if " " in ln)
         pending = running = 0
         for s in self.subs:

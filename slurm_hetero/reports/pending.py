@@ -5,15 +5,14 @@ from __future__ import annotations
 import pandas as pd
 
 from slurm_hetero.errors import RuntimeFailure
+from slurm_hetero.slurm.commands import squeue_pending_argv
 from slurm_hetero.slurm.runner import Runner
 
-SQUEUE_FORMAT = "%i|%P|%q|%u|%a|%V|%r"
 SQUEUE_FIELDS = ("job", "partition", "qos", "user", "account", "submit", "reason")
-SQUEUE_ARGV = ["squeue", "-h", "-t", "PD", "-o", SQUEUE_FORMAT]
 
 
 def parse_squeue_pending(text: str) -> pd.DataFrame:
-    """`squeue -h -t PD -o SQUEUE_FORMAT` (SLURM_TIME_FORMAT=%s) → one row per waiting job."""
+    """`squeue -h -t PD -o PENDING_FORMAT` (SLURM_TIME_FORMAT=%s) → one row per waiting job."""
     rows = [ln.split("|", len(SQUEUE_FIELDS) - 1) for ln in text.splitlines() if ln.strip()]
     rows = [r for r in rows if len(r) == len(SQUEUE_FIELDS)]
     frame = pd.DataFrame(rows, columns=list(SQUEUE_FIELDS), dtype=object)
@@ -26,6 +25,6 @@ def pending_text(runner: Runner) -> str | None:
     """squeue's waiting jobs with their reasons, or None when slurmctld does not answer.
     `runner` should print times as epoch seconds (`slurm.sacct.epoch_runner`)."""
     try:
-        return runner.out(SQUEUE_ARGV, timeout=60)
+        return runner.out(squeue_pending_argv(), timeout=60)
     except RuntimeFailure:
         return None

@@ -16,7 +16,6 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from slurm_hetero.bridge.snapshot import PoolCapacity, to_lua
 from slurm_hetero.monitor.cluster import (
-    SINFO_ARGV,
     ClusterExporter,
     QueueEntry,
     SiteView,
@@ -29,6 +28,7 @@ from slurm_hetero.monitor.cluster import (
 )
 from slurm_hetero.site import Site, load_site
 from slurm_hetero.site.pools import pools
+from slurm_hetero.slurm.commands import sinfo_nodes_argv
 from slurm_hetero.slurm.parse import parse_sinfo_nodes
 from slurm_hetero.slurm.runner import Runner
 from slurm_hetero.slurm.squeue import SQUEUE_JSON_ARGV, parse_job, parse_squeue_json
@@ -140,7 +140,7 @@ def test_exporter_asks_slurm_once_per_round(site: Site, tmp_path: Path) -> None:
     exp.round()
     exp.round()
     assert [a[0] for a in slurm.argvs] == ["squeue", "sinfo"] * 2
-    assert slurm.argvs[0] == SQUEUE_JSON_ARGV and slurm.argvs[1] == SINFO_ARGV
+    assert slurm.argvs[0] == SQUEUE_JSON_ARGV and slurm.argvs[1] == sinfo_nodes_argv()
     m = scrape(exp)
     assert m["hetero_bridge_snapshot_up"][0][1] == 1
     assert m["hetero_bridge_snapshot_age_seconds"][0][1] == pytest.approx(42, abs=2)

@@ -1,0 +1,92 @@
+"""Command lines for the Slurm commands the rest of the package runs, apart from their
+parsers (scontrol.py, squeue.py, sacct.py, parse.py hold those).
+
+Every builder returns a fresh list: callers may extend it. Job ids are checked to be
+numbers (array/het ids `12_3`, `12+1` allowed) so that no text from a job can become an
+option of the command.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+
+from slurm_hetero.slurm.parse import SACCT_DELIMITER, SINFO_FORMAT
+
+_JOB_ID = re.compile(r"\d{1,12}(?:[_+]\d{1,12})?")
+# sinfo -O: one line per node, `|` after each field (user text cannot appear here).
+CAPACITY_FIELDS = "NodeList:|,StateLong:|,Gres:|,GresUsed:|,Features:|"
+PENDING_FORMAT = "%i|%P|%q|%u|%a|%V|%r"
+
+
+def job_ids(ids: Iterable[str | int]) -> list[str]:
+    """ids as strings, each checked to be a Slurm job id."""
+    out = [str(i) for i in ids]
+    bad = [i for i in out if not _JOB_ID.fullmatch(i)]
+    if bad:
+        raise ValueError(f"not a Slurm job id: {bad[0]!r}")
+    return out
+
+
+def ping_argv() -> list[str]:
+    return ["scontrol", "ping"]
+
+
+def release_argv(ids: Sequence[str | int]) -> list[str]:
+    """`scontrol release` of held jobs (one comma-separated list: one RPC)."""
+    return ["scontrol", "release", ",".join(job_ids(ids))]
+
+
+def cancel_argv(ids: Sequence[str | int]) -> list[str]:
+    return ["scancel", *job_ids(ids)]
+
+
+def cancel_user_argv(user: str) -> list[str]:
+    """Every job of one user, batch step included (`--full`)."""
+    return ["scancel", "--full", f"--user={user}"]
+
+
+def sinfo_nodes_argv() -> list[str]:
+    """One line per node in `SINFO_FORMAT` (parse.parse_sinfo_nodes)."""
+    return ["sinfo", "-N", "-h", "-o", SINFO_FORMAT]
+
+
+def sinfo_capacity_argv() -> list[str]:
+    """One line per node: name, long state, GRES, GRES in use, features."""
+    return ["sinfo", "-N", "-h", "-O", CAPACITY_FIELDS]
+
+
+def squeue_ids_argv() -> list[str]:
+    """The ids of every job slurmctld still lists."""
+    return ["squeue", "-h", "-o", "%i"]
+
+
+def squeue_states_argv() -> list[str]:
+    """`ID STATE` of every job slurmctld still lists, ended ones (MinJobAge) included."""
+    return ["squeue", "-h", "-t", "all", "-o", "%i %T"]
+
+
+def squeue_pending_argv() -> list[str]:
+    """Pending jobs in `PENDING_FORMAT` (the reason last: it is the only free text)."""
+    return ["squeue", "-h", "-t", "PD", "-o", PENDING_FORMAT]
+
+
+def sacct_ended_argv(since: str, until: str, fields: Sequence[str], states: Sequence[str]) -> list[str]:
+    """Allocations of every user that ended in [since, until] (sacct's local time text)."""
+    return ["sacct", "-X", "-n", "-P", "-a", f"--delimiter={SACCT_DELIMITER}", "-S", since, "-E", until,
+            "-s", ",".join(states), "-o", ",".join(fields)]
+
+
+def sacct_window_argv(since: str, until: str, fields: Sequence[str]) -> list[str]:
+    """Allocations of every user that existed in [since, until], `|`-separated."""
+    return ["sacct", "-a", "-X", "-P", "-n", "-S", since, "-E", until, "-o", ",".join(fields)]
+
+
+def sacctmgr_argv(*words: str) -> list[str]:
+    """sacctmgr without its confirmation prompt."""
+    return ["sacctmgr", "-i", *words]
+
+
+def sacctmgr_list_argv(entity: str, field: str) -> list[str]:
+    """One column of `sacctmgr list ENTITY`, no header."""
+    return sacctmgr_argv("-n", "-P", "list", entity, f"format={field}")
