@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+from collections.abc import Callable
 from pathlib import Path
 
 import click
@@ -22,13 +23,19 @@ DEFAULT_NODE_PORT = 9410
 DEFAULT_CLUSTER_PORT = 9411
 
 
-def _serve_error(port: int, e: OSError) -> RuntimeFailure:
-    return RuntimeFailure(f"--port {port}: cannot listen: {e.strerror or e}")
-
-
-def _pidfile(path: Path | None) -> None:
-    if path:
-        path.write_text(f"{os.getpid()}\n")
+def _serve(serve: Callable[..., None], exporter: object, port: int, listen: str, what: str,
+           pidfile: Path | None) -> None:
+    """Run an exporter until SIGTERM, its pid in `pidfile` meanwhile; a port that cannot be
+    listened on is the user's error."""
+    if pidfile:
+        pidfile.write_text(f"{os.getpid()}\n")
+    try:
+        serve(exporter, port, listen, ready=lambda p: click.echo(f"{what} on {listen}:{p}", err=True))
+    except OSError as e:
+        raise RuntimeFailure(f"--port {port}: cannot listen: {e.strerror or e}") from e
+    finally:
+        if pidfile:
+            pidfile.unlink(missing_ok=True)
 
 
 @click.command("exporter")
@@ -68,15 +75,7 @@ def node_exporter(node_name: str | None, port: int, listen: str, every: float, t
     exporter = NodeExporter(node=name, arch=node_arch(arch), dev=open_devices(spec, st.dir), node_dir=st.dir,
                             agent_log=cfg.state_dir / "agent.log", every=every, ring_s=max(ring_s, tier_s),
                             tier_s=tier_s, sampled=spec.startswith("sampled:"))
-    _pidfile(pidfile)
-    try:
-        serve_node(exporter, port, listen,
-                   ready=lambda p: click.echo(f"node exporter {name} ({spec}) on {listen}:{p}", err=True))
-    except OSError as e:
-        raise _serve_error(port, e) from e
-    finally:
-        if pidfile:
-            pidfile.unlink(missing_ok=True)
+    _serve(serve_node, exporter, port, listen, f"node exporter {name} ({spec})", pidfile)
 
 
 @click.command("exporter")
@@ -103,15 +102,7 @@ def cluster_exporter(site_path: Path, snapshot: Path | None, port: int, listen: 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     exporter = ClusterExporter(load_site(site_path), Runner(), snapshot or Path(Profile().snapshot_path),
                                every=every, sacct_every=sacct_every)
-    _pidfile(pidfile)
-    try:
-        serve_cluster(exporter, port, listen,
-                      ready=lambda p: click.echo(f"cluster exporter on {listen}:{p}", err=True))
-    except OSError as e:
-        raise _serve_error(port, e) from e
-    finally:
-        if pidfile:
-            pidfile.unlink(missing_ok=True)
+    _serve(serve_cluster, exporter, port, listen, "cluster exporter", pidfile)
 
 
 @click.group()
