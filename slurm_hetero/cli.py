@@ -50,6 +50,25 @@ def site_validate(site: Path) -> None:
     print_summary(load_site(site), console)
 
 
+@main.command("tiers")
+@site_argument
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per tier, in a list.")
+@reports_errors
+def tiers(site: Path, as_json: bool) -> None:
+    """What each service tier (sbatch --tier) allows: priority, whom it preempts and is
+    preempted by, how (mode, grace, minimum run), and its limits."""
+    import json
+
+    from slurm_hetero.site import load_site
+    from slurm_hetero.site.tiers import format_tiers, tier_views
+
+    s = load_site(site)
+    if as_json:
+        click.echo(json.dumps([v.as_dict() for v in tier_views(s)], indent=1))
+    else:
+        click.echo(format_tiers(s), nl=False)
+
+
 @main.group()
 def conf() -> None:
     """Render Slurm configuration files from a site."""
@@ -66,11 +85,13 @@ def conf_render(site: Path, out: Path, model: Path | None) -> None:
     """Write slurm.conf, gres.conf, cgroup.conf, plugstack.conf, job_submit.lua, qos.sacctmgr."""
     from slurm_hetero.conf import render_site, write_files
     from slurm_hetero.conf.cli import read_model, render_profile
+    from slurm_hetero.conf.render import MANIFEST, manifest
     from slurm_hetero.site import load_site
 
     s = load_site(site)
     profile, why = render_profile(s, read_model(model))
     files = render_site(s, profile)
+    files[MANIFEST] = manifest(files)
     write_files(files, out)
     console.print(f"wrote {', '.join(files)} to {out} ({why})")
 

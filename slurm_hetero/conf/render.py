@@ -36,8 +36,8 @@ from slurm_hetero.site.slurmlines import NODE_ADDRESSING
 from slurm_hetero.slurm.parse import parse_duration_s
 from slurm_hetero.templating import environment, lua_long_string
 
-__all__ = ["OUTPUTS", "Profile", "agent_config", "device_paths", "devices_spec", "is_sampled",
-           "render_site", "render_template", "write_files"]
+__all__ = ["MANIFEST", "OUTPUTS", "Profile", "agent_config", "device_paths", "devices_spec", "is_sampled",
+           "manifest", "render_site", "render_template", "write_files"]
 OUTPUTS: tuple[str, ...] = ("slurm.conf", "gres.conf", "cgroup.conf", "plugstack.conf",
                             "job_submit.lua", "qos.sacctmgr")
 # containers: Slurm's OCI config, what the node-side wrapper reads, the TaskProlog.
@@ -48,6 +48,10 @@ OUTPUTS += ("hetero-sampler.service", "hetero-healthcheck")
 # The bridge daemon's systemd unit (controller); it re-reads the site file rendered beside it.
 OUTPUTS += ("hetero-bridge.service",)
 SITE_COPY = "site.yaml"
+# Which hosts get each rendered file (the Ansible role reads it; everything else: all hosts).
+MANIFEST = "manifest.json"
+HOSTS = {"job_submit.lua": "controller", "qos.sacctmgr": "controller", "hetero-bridge.service": "controller",
+         SITE_COPY: "controller", "hetero-sampler.service": "compute"}
 # ClusterShell folds hostlist terms in quadratic time: beyond this many, list them as given.
 FOLD_TERMS_MAX = 64
 MODES = {"hetero-taskprolog": 0o755, "hetero-healthcheck": 0o755}  # besides write_files' 0644
@@ -173,6 +177,15 @@ def render_site(site: Site, profile: Profile | None = None) -> dict[str, str]:
     if site.path is not None:  # the bridge daemon's unit reads it from the same folder
         files[SITE_COPY] = Path(site.path).read_text(encoding="utf-8")
     return files
+
+
+def manifest(files: Iterable[str], modes: dict[str, int] | None = None) -> str:
+    """manifest.json of a rendered folder: each file, the hosts that get it (all, controller
+    or compute) and its mode, so the deployment copies what render wrote and nothing else."""
+    modes = {**MODES, **(modes or {})}
+    entries = [{"name": name, "hosts": HOSTS.get(name, "all"), "mode": f"0{modes.get(name, 0o644):o}"}
+               for name in files if name != MANIFEST]
+    return json.dumps({"version": 1, "files": entries}, indent=1) + "\n"
 
 
 def agent_config(site: Site, profile: Profile) -> str:

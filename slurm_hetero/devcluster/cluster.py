@@ -286,8 +286,9 @@ class Cluster:
         # client library use a unix socket, MYSQL_UNIX_PORT says which.
         self._start("slurmdbd", ["slurmdbd"], lambda: procs.port_open(dbd_port),
                     env={"MYSQL_UNIX_PORT": str(self.db_socket)})
-        self._register_accounting(site)
+        limits = self._register_accounting(site)
         self._start("slurmctld", ["slurmctld"], self._ctld_ready)
+        self._apply_qos_limits(limits)
         if bridge:
             every = bridge_every(clock)
             self.start_bridge(site, every=every, margin=max(120.0, 3 * every))
@@ -504,7 +505,10 @@ class Cluster:
         r = self.runner.run(ping_argv(), check=False, timeout=5)
         return "UP" in str(r.stdout)
 
-    def _register_accounting(self, site: Site) -> None:
+    def _register_accounting(self, site: Site) -> list[list[str]]:
+        """Cluster, QoS tiers, account and user; returns the tiers' GrpTRES commands, which
+        name GRES TRES that exist only once slurmctld has registered them."""
+        limits: list[list[str]] = []
         existing = self.runner.out(sacctmgr_list_argv("cluster", "cluster"))
         if site.name not in existing.split():
             self.runner.run(sacctmgr_argv("add", "cluster", site.name))
@@ -516,12 +520,29 @@ class Cluster:
                 continue
             if argv[2:4] == ["add", "qos"] and argv[4] in have_qos:
                 continue
+            if any(a.startswith("GrpTRES=") for a in argv):
+                limits.append(argv)
+                continue
             self.runner.run(argv)
         self.runner.run(sacctmgr_argv("add", "account", ACCOUNT, f"cluster={site.name}",
                                       "description=slurm-hetero dev cluster", "organization=local"),
                         check=False)
         self.runner.run(sacctmgr_argv("add", "user", "root", f"account={ACCOUNT}", f"cluster={site.name}"),
                         check=False)
+        return limits
+
+    def _apply_qos_limits(self, commands: list[list[str]]) -> None:
+        for argv in commands:
+            last: list[str] = []
+
+            def applied(argv: list[str] = argv, last: list[str] = last) -> bool:
+                p = self.runner.run(argv, check=False)
+                last[:] = [str(p.stderr or p.stdout)]
+                return p.returncode == 0
+
+            # slurmctld registers the GRES TRES with slurmdbd just after it starts.
+            if not procs.wait_until(applied, 30, 1.0):
+                raise RuntimeFailure(f"{' '.join(argv)} failed: {''.join(last).strip()}")
 
     def _wait_idle(self, timeout: float) -> None:
         want = set(self.info().get("nodes", []))

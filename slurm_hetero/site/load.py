@@ -44,7 +44,7 @@ from slurm_hetero.site.limits import (
     hostlist_size,
     shown,
 )
-from slurm_hetero.site.model import AccelGroup, Billing, NodeAgent, NodeGroup, Partition, QosTier, Site
+from slurm_hetero.site.model import AccelGroup, Billing, NodeAgent, NodeGroup, Partition, Site
 from slurm_hetero.site.names import ARCH_ALIASES, ARCH_ALLOWED, near
 from slurm_hetero.site.policies import DEFAULT_POLICIES, AutoRule, EnergyPolicy, parse_power_cap
 from slurm_hetero.site.safeyaml import (
@@ -56,13 +56,9 @@ from slurm_hetero.site.safeyaml import (
     short_tag,
     value_failure,
 )
+from slurm_hetero.site.tiers import load_tiers
 from slurm_hetero.site.units import parse_bandwidth_gbs, parse_size_mib
 
-DEFAULT_QOS = (
-    {"name": "diamond", "priority": 1000, "preempt": ["gold", "silver"], "usage_factor": 2.0},
-    {"name": "gold", "priority": 500, "preempt": ["silver"], "usage_factor": 1.0, "default": True},
-    {"name": "silver", "priority": 100, "usage_factor": 0.5},
-)
 _MODEL_REQUIRED = ("stack", "resource_type", "device_memory", "memory_bandwidth", "tdp_watts",
                    "compute_units")
 
@@ -355,25 +351,6 @@ class _Builder:
                      "mark exactly one partition as the default (or none)")
         return tuple(out)
 
-    def qos(self) -> tuple[tuple[QosTier, ...], str]:
-        items = self.data.get("qos") or list(DEFAULT_QOS)
-        names = [q["name"] for q in items]
-        tiers = []
-        for i, q in enumerate(items):
-            if names.count(q["name"]) > 1 and names.index(q["name"]) != i:
-                self.err(("qos", i, "name"), f"duplicate QoS tier {q['name']!r}")
-            for j, target in enumerate(q.get("preempt", [])):
-                if target not in names or target == q["name"]:
-                    self.err(("qos", i, "preempt", j), f"cannot preempt {target!r}",
-                             "preempt lists other tiers of this site: " + ", ".join(names))
-            tiers.append(QosTier(q["name"], q["priority"], tuple(q.get("preempt", [])),
-                                 float(q.get("usage_factor", 1.0))))
-        defaults = [q["name"] for q in items if q.get("default")]
-        if len(defaults) > 1:
-            self.err(("qos",), "more than one QoS tier has default: true")
-        default = defaults[0] if defaults else min(tiers, key=lambda t: t.priority).name
-        return tuple(tiers), default
-
     def node_groups(self, models: dict[str, AccelModel], partitions: set[str]) -> tuple[NodeGroup, ...]:
         groups: list[NodeGroup] = []
         owner: dict[str, int] = {}
@@ -572,8 +549,8 @@ def load_site_text(text: str, source: str = "<site>", path: Path | None = None) 
     b = _Builder(data)
     models, norm = b.catalog()
     partitions = b.partitions()
-    qos, default_qos = b.qos()
     groups = b.node_groups(models, {p.name for p in partitions})
+    qos, default_qos = load_tiers(data, groups, b.err)  # tiers: preemption and limits
     policies, auto = b.energy()
     node_agent = b.node_agent()
     images, containers, groups = load_containers(data, groups, b.err)  # containers

@@ -99,10 +99,29 @@ class Partition:
 
 @dataclass(frozen=True)
 class QosTier:
+    """A service tier (a Slurm QoS). preempt_mode, grace and min run say what happens to
+    this tier's jobs when a tier that lists it in `preempt` needs their resources; None
+    leaves Slurm's setting (the cluster's PreemptMode, no grace, no minimum run)."""
+
     name: str
     priority: int
     preempt: tuple[str, ...] = ()
     usage_factor: float = 1.0
+    preempt_mode: str | None = None  # requeue, cancel or suspend
+    grace_s: int | None = None  # QoS GraceTime: SIGTERM to the job's steps, this long, then out
+    min_run_s: int | None = None  # QoS PreemptExemptTime
+    limits: tuple[tuple[str, str], ...] = ()  # as the site wrote them: (units, "50%"), ...
+    grp_tres: tuple[tuple[str, int], ...] = ()  # the limits as concrete TRES for GrpTRES
+
+    @property
+    def grp_tres_text(self) -> str:
+        return ",".join(f"{k}={v}" for k, v in self.grp_tres)
+
+    @property
+    def min_run_text(self) -> str:
+        """PreemptExemptTime as HH:MM:SS (sacctmgr reads a plain number as minutes)."""
+        s = self.min_run_s or 0
+        return f"{s // 3600:02d}:{s % 3600 // 60:02d}:{s % 60:02d}"
 
 
 @dataclass(frozen=True)
@@ -155,6 +174,34 @@ class SlurmSettings:
 
 
 @dataclass(frozen=True)
+class PowerSettings:
+    """power: Slurm's power saving through slurm-hetero's SuspendProgram/ResumeProgram, which
+    keep the nodes the demand forecast needs awake. Off unless `enabled`. Times in seconds."""
+
+    enabled: bool = False
+    method: str = "command"  # ipmi, redfish, command or devcluster
+    suspend_time: int = 600
+    suspend_timeout: int = 120
+    resume_timeout: int = 600
+    exclude_nodes: str = ""  # hostlist (SuspendExcNodes)
+    exclude_partitions: tuple[str, ...] = ()  # (SuspendExcParts)
+    headroom: float = 0.2  # idle capacity kept awake beyond the forecast, as a share of it
+    horizon: int = 15  # minutes: the forecast horizon that decides which nodes stay up
+    boot_delay: float = 0.0  # devcluster: seconds a node "boots" before its slurmd starts
+    # ipmi and redfish: "{node}" in `bmc`/`url` is replaced by the node's name; the BMC's
+    # user and a root-only file holding its password.
+    bmc: str = ""
+    interface: str = "lanplus"
+    url: str = ""
+    verify_tls: bool = True
+    user: str = ""
+    password_file: str = ""
+    # command: argv lists; an argument "{node}" becomes the node's name.
+    suspend_argv: tuple[str, ...] = ()
+    resume_argv: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class Site:
     name: str
     path: Path | None
@@ -174,6 +221,7 @@ class Site:
     containers: ContainerSettings = field(default_factory=ContainerSettings)
     # controllers, accounting, version and lines of an existing installation.
     slurm: SlurmSettings = field(default_factory=SlurmSettings)
+    power: PowerSettings = field(default_factory=PowerSettings)
 
     @property
     def cluster_name(self) -> str:

@@ -5,15 +5,17 @@ Regenerate after an intended change:  python -m tests.unit.test_render --regener
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
 import pytest
+import yaml
 from click.testing import CliRunner
 
 from slurm_hetero.cli import main
 from slurm_hetero.conf import render_site
-from slurm_hetero.conf.render import SITE_COPY, Profile
+from slurm_hetero.conf.render import MANIFEST, SITE_COPY, Profile
 from slurm_hetero.site import load_site
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -41,7 +43,7 @@ def test_cli_render_writes_all_files(tmp_path: Path) -> None:
     out = tmp_path / "conf"
     result = CliRunner().invoke(main, ["conf", "render", str(DEMO), "-o", str(out)])
     assert result.exit_code == 0, result.output
-    assert sorted(p.name for p in out.iterdir()) == sorted(rendered())
+    assert sorted(p.name for p in out.iterdir()) == sorted([*rendered(), MANIFEST])
     assert (out / "slurm.conf").read_text() == (GOLDEN / "slurm.conf").read_text()
     # Re-rendering over an existing folder replaces the files and leaves no temp folder.
     (out / "gres.conf").write_text("stale")
@@ -49,6 +51,25 @@ def test_cli_render_writes_all_files(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     assert (out / "gres.conf").read_text() == (GOLDEN / "gres.conf").read_text()
     assert [p.name for p in tmp_path.iterdir()] == ["conf"]
+
+
+def test_manifest_lists_what_render_wrote_and_matches_the_roles_fallback(tmp_path: Path) -> None:
+    out = tmp_path / "conf"
+    assert CliRunner().invoke(main, ["conf", "render", str(DEMO), "-o", str(out)]).exit_code == 0
+    entries = json.loads((out / MANIFEST).read_text())["files"]
+    assert sorted(e["name"] for e in entries) == sorted(p.name for p in out.iterdir() if p.name != MANIFEST)
+    by_name = {e["name"]: e for e in entries}
+    for e in entries:  # what the manifest says is what render wrote
+        assert int(e["mode"], 8) == (out / e["name"]).stat().st_mode & 0o777, e
+    assert by_name["job_submit.lua"]["hosts"] == "controller"
+    assert by_name["hetero-sampler.service"]["hosts"] == "compute"
+    assert by_name["slurm.conf"]["hosts"] == "all"
+    # The role's list for folders rendered before manifests existed names the same hosts.
+    role = yaml.safe_load((ROOT / "ansible/roles/slurm_hetero/defaults/main.yml").read_text())
+    fallback = {f["name"]: f["hosts"] for f in role["slurm_hetero_files_without_manifest"]}
+    assert fallback == {name: e["hosts"] for name, e in by_name.items()
+                        if name in fallback or name not in ("hetero-exporter.service",
+                                                            "hetero-node-exporter.service")}
 
 
 def test_hostlists_are_folded() -> None:
