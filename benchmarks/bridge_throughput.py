@@ -1,21 +1,42 @@
-"""Submission throughput with the bridge vs plain Slurm, on one real cluster, interleaved.
+"""Submission throughput with the bridge vs plain Slurm, on one real cluster, interleaved,
+and where the time goes.
 
-2,000 held-job submissions each way, in alternating batches of 100:
-  plain:  a client slurm.conf without the SPANK plugin, and a pass-through job_submit.lua;
-  bridge: the SPANK plugin and the full generated job_submit.lua with a fresh snapshot and
-          a runtime model compiled in (a real LightGBM export, trained on a synthetic
-          workload), each job asking `--accel=any:2 --tier=gold --energy=balanced`.
-slurmctld re-reads job_submit.lua when it changes, so the batches swap it in place (the
-first submission after a swap, which pays for that re-read, is not timed).
-Prints jobs/s both ways and the ratio bridge/plain (target >= 0.95). Run as root.
+Arms (held submissions `sbatch -H -Q -o /dev/null --wrap true`, same cluster):
+  plain:  a client slurm.conf without the SPANK plugin and a pass-through job_submit.lua,
+          no options;
+  equiv:  the same client and pass-through Lua, with the concrete options the bridge
+          decides for the bridge arm's request (GRES, partition, features, QoS, governor):
+          what the same job costs Slurm without the bridge;
+  bridge: the SPANK plugin and the full generated job_submit.lua (fresh snapshot, runtime
+          model compiled in with a history table of --users users), asking
+          `--accel=any:2 --tier=gold --energy=balanced`.
+Each round runs every arm once (the order rotates), in batches of --batch submissions, with
+one submitter and with --concurrent submitters. slurmctld re-reads job_submit.lua when its
+mtime is newer than the loaded one (whole seconds), so each swap is written atomically with
+a strictly increasing mtime; the first submission after a swap pays for the re-read and is
+not timed, and it is checked: its admin comment says which script decided it.
+
+Where the time goes, each part on its own:
+  - slurmctld: `sdiag` REQUEST_SUBMIT_BATCH_JOB mean time per arm (reset before each batch;
+    the RPC handler, job_submit/lua included; munge decoding and the socket are not);
+  - the client: `sbatch --help` with and without the plugin in plugstack.conf (loads
+    plugstack.conf and the plugin and registers its options, then exits: no controller),
+    and per arm the serial wall time minus slurmctld's RPC time;
+  - the Lua decision alone: benchmarks/bridge_lua_cost.py.
+Prints figures only (target: bridge/plain >= 0.95). Run as root.
 """
 
 from __future__ import annotations
 
+import argparse
+import os
+import re
 import shutil
+import statistics
 import subprocess
 import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from slurm_hetero.devcluster import Cluster
@@ -27,58 +48,179 @@ PASS_THROUGH = """function slurm_job_submit(job_desc, part_list, submit_uid) ret
 function slurm_job_modify(job_desc, job_rec, part_list, modify_uid) return slurm.SUCCESS end
 return slurm.SUCCESS
 """
-TOTAL, BATCH = 2000, 100
+BRIDGE_OPTS = ["--accel=any:2", "--tier=gold", "--energy=balanced"]
+SBATCH = ["sbatch", "-H", "-Q", "-o", "/dev/null"]
+PARSABLE = ["sbatch", "-H", "--parsable", "-o", "/dev/null"]  # -Q would hide the job id
 
 
-def submit_batch(conf: Path, options: list[str], n: int) -> float:
-    env = {"SLURM_CONF": str(conf), "PATH": "/usr/bin:/bin"}
-    # One untimed submission first: slurmctld re-reads the swapped job_submit.lua (half a
-    # megabyte of Lua with the model) on the next job, a cost a site pays once per change.
-    subprocess.run(["sbatch", "-H", "-Q", "-o", "/dev/null", *options, "--wrap", "true"],
-                   env=env, check=True, stdout=subprocess.DEVNULL)
+@dataclass
+class Arm:
+    name: str
+    conf: Path
+    lua: str
+    options: list[str]
+    seconds: dict[int, float] = field(default_factory=dict)  # submitters -> timed seconds
+    jobs: dict[int, int] = field(default_factory=dict)
+    rpc_us: dict[int, list[float]] = field(default_factory=dict)  # per batch, sdiag mean
+
+
+def model_file(d: Path, users: int) -> Path:
+    """A real LightGBM export: trees trained on a synthetic workload of 40 users, history
+    of `users` users (every user with jobs; a large site has 10,000)."""
+    from slurm_hetero.predict import export_lua, synthetic
+    from slurm_hetero.predict.train import train
+
+    table = synthetic.workload(jobs=20_000, users=40, seed=1)
+    model = train(table)
+    history = table
+    if users > 40:
+        history = synthetic.workload(jobs=max(20 * users, 20_000), users=40, seed=2)
+        history["user"] = [f"user{(i * 7919) % users:05d}" for i in range(len(history))]
+    path = d / "predict.lua"
+    export_lua.write(export_lua.export_text(model, history), path)
+    return path
+
+
+class Swapper:
+    """Writes job_submit.lua atomically, each version with a newer whole-second mtime."""
+
+    def __init__(self, path: Path) -> None:
+        self.path, self.mtime, self.current = path, int(time.time()), ""
+
+    def put(self, text: str) -> None:
+        if text == self.current:
+            return
+        self.mtime = max(self.mtime + 1, int(time.time()))
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(text)
+        os.utime(tmp, (self.mtime, self.mtime))
+        os.replace(tmp, self.path)
+        self.current = text
+
+
+def sdiag_submit_us(env: dict[str, str]) -> float | None:
+    out = subprocess.run(["sdiag"], env=env, capture_output=True, text=True, check=True).stdout
+    m = re.search(r"REQUEST_SUBMIT_BATCH_JOB\s+\(\s*\d+\)\s+count:(\d+)\s+ave_time:(\d+)", out)
+    return float(m.group(2)) if m else None
+
+
+def submit_loop(env: dict[str, str], options: list[str], n: int) -> subprocess.Popen[bytes]:
+    # A shell loop: no Python between submissions, the same for every arm.
+    argv = " ".join(SBATCH + options + ["--wrap", "true"])
+    return subprocess.Popen(["sh", "-c", f"i=0; while [ $i -lt {n} ]; do {argv} >/dev/null || exit 1; "
+                             "i=$((i+1)); done"], env=env)
+
+
+def run_batch(c: Cluster, swap: Swapper, arm: Arm, n: int, submitters: int) -> None:
+    env = {"SLURM_CONF": str(arm.conf), "PATH": "/usr/bin:/bin"}
+    swap.put(arm.lua)
+    # Untimed: pays the re-read of a swapped script; its decision shows which script ran.
+    jid = subprocess.run([*PARSABLE, *arm.options, "--wrap", "true"], env=env, check=True,
+                         capture_output=True, text=True).stdout.strip()
+    admin = parse_kv_record(c.runner.out(["scontrol", "show", "job", jid])).get("AdminComment", "")
+    if ("hetero" in admin) != (arm.lua != PASS_THROUGH):
+        raise SystemExit(f"arm {arm.name}: job {jid} was decided by the wrong script: {admin!r}")
+    subprocess.run(["sdiag", "-r"], env=env, check=True, stdout=subprocess.DEVNULL)
+    per = [n // submitters + (1 if i < n % submitters else 0) for i in range(submitters)]
     t0 = time.perf_counter()
-    for _ in range(n):
-        subprocess.run(["sbatch", "-H", "-Q", "-o", "/dev/null", *options, "--wrap", "true"],
-                       env=env, check=True, stdout=subprocess.DEVNULL)
-    return time.perf_counter() - t0
+    procs = [submit_loop(env, arm.options, k) for k in per]
+    if any(p.wait() != 0 for p in procs):
+        raise SystemExit(f"arm {arm.name}: a submission failed")
+    arm.seconds[submitters] = arm.seconds.get(submitters, 0.0) + time.perf_counter() - t0
+    arm.jobs[submitters] = arm.jobs.get(submitters, 0) + n
+    us = sdiag_submit_us(env)
+    if us is not None:
+        arm.rpc_us.setdefault(submitters, []).append(us)
+
+
+def client_cost(confs: dict[str, Path], n: int) -> dict[str, float]:
+    """Mean ms of `sbatch --help` per client conf, interleaved in rounds of 10."""
+    total = dict.fromkeys(confs, 0.0)
+    for _ in range(max(1, n // 10)):
+        for name, conf in confs.items():
+            env = {"SLURM_CONF": str(conf), "PATH": "/usr/bin:/bin"}
+            subprocess.run(["sbatch", "--help"], env=env, check=True, stdout=subprocess.DEVNULL)  # untimed
+            t0 = time.perf_counter()
+            for _ in range(10):
+                subprocess.run(["sbatch", "--help"], env=env, check=True, stdout=subprocess.DEVNULL)
+            total[name] += time.perf_counter() - t0
+    return {k: v / (max(1, n // 10) * 10) * 1000 for k, v in total.items()}
+
+
+def equivalent_options(job: dict[str, str]) -> list[str]:
+    """The plain sbatch options that ask Slurm for what the bridge decided."""
+    opts = ["--gres=" + job["TresPerNode"].removeprefix("gres:"), "-p", job["Partition"],
+            "--qos=" + job["QOS"]]
+    if job.get("Features") not in (None, "", "(null)"):
+        opts += ["-C", job["Features"]]
+    gov = job.get("CpuFreqGov")
+    if gov not in (None, "", "(null)", "Unknown"):
+        opts += ["--cpu-freq=" + gov]
+    return opts
 
 
 def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--total", type=int, default=1000, help="timed submissions per arm and submitter count")
+    ap.add_argument("--batch", type=int, default=100)
+    ap.add_argument("--concurrent", type=int, default=8, help="submitters of the concurrent runs (0: none)")
+    ap.add_argument("--users", type=int, default=40, help="users in the model's history table")
+    args = ap.parse_args()
     site = load_site(DEMO)
+    counts = [1] + ([args.concurrent] if args.concurrent > 1 else [])
     with tempfile.TemporaryDirectory(prefix="bench-submit-") as d:
         c = Cluster(Path(d) / "demo")
         c.up(site, log=lambda *_: None)
         try:
-            from slurm_hetero.predict import export_lua, synthetic
-            from slurm_hetero.predict.train import train
-
-            table = synthetic.workload(jobs=20_000, users=40, seed=1)
-            model = Path(d) / "predict.lua"
-            export_lua.write(export_lua.export_text(train(table), table), model)
-            c.load_model(site, model)
+            c.load_model(site, model_file(Path(d), args.users))
             bridge_lua = (c.etc / "job_submit.lua").read_text()
             plain_conf = c.etc / "slurm-plain.conf"
             (c.etc / "plugstack-empty.conf").write_text("")
             plain_conf.write_text((c.etc / "slurm.conf").read_text().replace(
                 f"PlugStackConfig={c.etc}/plugstack.conf", f"PlugStackConfig={c.etc}/plugstack-empty.conf"))
-            lua_path = c.etc / "job_submit.lua"
-            plain_s = bridge_s = 0.0
-            for _ in range(TOTAL // BATCH):
-                lua_path.write_text(PASS_THROUGH)
-                plain_s += submit_batch(plain_conf, [], BATCH)
-                lua_path.write_text(bridge_lua)
-                bridge_s += submit_batch(c.conf, ["--accel=any:2", "--tier=gold", "--energy=balanced"], BATCH)
-            held = c.runner.out(["squeue", "-h", "-t", "PD", "-o", "%i"]).split()
-            admin = parse_kv_record(c.runner.out(["scontrol", "show", "job", held[-1]]))["AdminComment"]
+            swap = Swapper(c.etc / "job_submit.lua")
+            swap.put(bridge_lua)
+            env = {"SLURM_CONF": str(c.conf), "PATH": "/usr/bin:/bin"}
+            jid = subprocess.run([*PARSABLE, *BRIDGE_OPTS, "--wrap", "true"], env=env,
+                                 check=True, capture_output=True, text=True).stdout.strip()
+            decided = parse_kv_record(c.runner.out(["scontrol", "show", "job", jid]))
+            arms = [Arm("plain", plain_conf, PASS_THROUGH, []),
+                    Arm("equiv", plain_conf, PASS_THROUGH, equivalent_options(decided)),
+                    Arm("bridge", c.conf, bridge_lua, BRIDGE_OPTS)]
+            client = client_cost({"without plugin": plain_conf, "with plugin": c.conf}, 200)
+            rounds = max(1, args.total // args.batch)
+            for subs in counts:
+                for r in range(rounds):
+                    order = arms[r % len(arms):] + arms[:r % len(arms)]
+                    for arm in order:
+                        run_batch(c, swap, arm, args.batch, subs)
+                    # Held jobs would pile up; cancelled ones stay MinJobAge in every arm alike.
+                    c.runner.run(["scancel", "--state=PENDING"], check=False)
+            admin = decided.get("AdminComment", "")
+            load = os.getloadavg()
         finally:
             c.runner.run(["scancel", "--state=PENDING"], check=False)
             c.down(log=lambda *_: None)
             shutil.rmtree(d, ignore_errors=True)
-    print(f"{TOTAL} held submissions each way, batches of {BATCH}, interleaved (sbatch start included)")
-    print(f"  plain Slurm: {TOTAL / plain_s:7.1f} jobs/s ({plain_s / TOTAL * 1000:.2f} ms each)")
-    print(f"  bridge:      {TOTAL / bridge_s:7.1f} jobs/s ({bridge_s / TOTAL * 1000:.2f} ms each)")
-    print(f"  ratio bridge/plain: {plain_s / bridge_s:.3f} (target >= 0.95); jobs held: {len(held)}")
-    print(f"  last bridge decision: {admin.strip()[:120]}")
+    print(f"held submissions, {rounds} interleaved rounds of {args.batch} per arm, model history of "
+          f"{args.users} users, demo site, {os.cpu_count()} CPUs (load at the end {load[0]:.1f})")
+    print(f"  equiv options: {' '.join(arms[1].options)}")
+    print(f"  bridge decision: {admin.strip()[:160]}")
+    print(f"  client alone, sbatch --help (no controller): without plugin {client['without plugin']:.2f} ms, "
+          f"with plugin {client['with plugin']:.2f} ms")
+    for subs in counts:
+        print(f"  {subs} submitter{'s' if subs > 1 else ''}:")
+        for arm in arms:
+            rate = arm.jobs[subs] / arm.seconds[subs]
+            rpc = statistics.mean(arm.rpc_us[subs]) if arm.rpc_us.get(subs) else float("nan")
+            extra = ""
+            if subs == 1:
+                extra = f", client+transport {arm.seconds[subs] / arm.jobs[subs] * 1e3 - rpc / 1e3:.2f} ms"
+            print(f"    {arm.name:6s} {rate:7.1f} jobs/s ({arm.seconds[subs] / arm.jobs[subs] * 1e3:.2f} ms each"
+                  f" wall), slurmctld RPC {rpc / 1e3:.2f} ms{extra}")
+        plain, equiv, bridge = (a.seconds[subs] / a.jobs[subs] for a in arms)
+        print(f"    ratio bridge/plain {plain / bridge:.3f} (target >= 0.95), bridge/equiv {equiv / bridge:.3f},"
+              f" equiv/plain {plain / equiv:.3f}")
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ from slurm_hetero.containers.cli import container
 from slurm_hetero.forecast.cli import forecast
 from slurm_hetero.monitor.cli import cluster_exporter, node_exporter
 from slurm_hetero.predict.cli import model
-from slurm_hetero.reports.cli import report
+from slurm_hetero.reports.cli import job, report
 
 
 def site_argument(fn: F) -> F:
@@ -327,6 +327,7 @@ def demo(site_path: Path, workdir: Path | None) -> None:
 
 
 main.add_command(report)
+main.add_command(job)
 main.add_command(container)
 main.add_command(model)
 main.add_command(forecast)

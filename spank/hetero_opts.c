@@ -22,6 +22,11 @@ _Static_assert(HETERO_POLICY_MAX == 32, "update NAME_RULE");
 #define IMAGE_FORMS "NAME[:TAG], NAME being '/'-separated components of " \
 	"letters, digits, '.', '_' or '-' that start with a letter or digit " \
 	"(e.g. pytorch:24.05, nvidia/pytorch:24.05-py3)"
+#define CHECKPOINT_FORMS "an absolute path of printable ASCII without " \
+	"whitespace or '..' components, at most " STR(HETERO_VALUE_MAX) \
+	" bytes (e.g. /shared/ckpt/run1)"
+#define MIGRATABLE_FORMS "--migratable without a value, together with " \
+	"--checkpoint=DIR"
 #define CONF_FORMS "energy=NAME[,NAME...] and tiers=NAME[,NAME...] with up " \
 	"to " STR(HETERO_LIST_MAX) " names, each made of " NAME_RULE
 
@@ -488,6 +493,54 @@ bad:
 int hetero_check_image(const char *v, char *err, size_t errlen)
 {
 	return hetero_parse_image(v, NULL, err, errlen);
+}
+
+int hetero_parse_checkpoint(const char *v, char out[HETERO_VALUE_MAX + 1],
+			    char *err, size_t errlen)
+{
+	struct bad b = { NULL, NULL };
+	const char *p;
+
+	if ((b.why = common(v)))
+		goto bad;
+	if (*v != '/') {
+		oops(&b, "DIR must be an absolute path", v);
+		goto bad;
+	}
+	for (p = v; *p; p++) {
+		unsigned char c = (unsigned char)*p;
+
+		if (c <= 0x20 || c >= 0x7f) {
+			oops(&b, "whitespace or not printable ASCII", p);
+			goto bad;
+		}
+		/* A ".." component: "/.." followed by '/' or the end. */
+		if (c == '/' && p[1] == '.' && p[2] == '.' && (p[3] == '/' || !p[3])) {
+			oops(&b, "'..' components are not allowed", p + 1);
+			goto bad;
+		}
+	}
+	if (out) /* v is at most HETERO_VALUE_MAX bytes (common) */
+		memcpy(out, v, (size_t)(p - v) + 1);
+	return 0;
+bad:
+	fail(err, errlen, "--checkpoint=", v, &b, CHECKPOINT_FORMS);
+	return -1;
+}
+
+int hetero_check_checkpoint(const char *v, char *err, size_t errlen)
+{
+	return hetero_parse_checkpoint(v, NULL, err, errlen);
+}
+
+int hetero_check_migratable(const char *v, char *err, size_t errlen)
+{
+	struct bad b = { "a flag takes no value", NULL };
+
+	if (!v || !*v || !strcmp(v, HETERO_FLAG_NULL))
+		return 0;
+	fail(err, errlen, "--migratable=", v, &b, MIGRATABLE_FORMS);
+	return -1;
 }
 
 void hetero_conf_init(struct hetero_conf *c)

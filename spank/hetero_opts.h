@@ -29,6 +29,9 @@
 #define HETERO_TAG_MAX        128   /* image tag */
 #define HETERO_SHOW_MAX       64    /* chars of a bad value echoed back */
 #define HETERO_ERR_MAX        2048  /* enough for any message below */
+/* What Slurm puts in the job's environment for a flag option (has_arg = 0): sbatch's own
+ * environment gets "", the SPANK job environment "(null)" (xstrcat of a NULL optarg). */
+#define HETERO_FLAG_NULL      "(null)"
 
 enum hetero_accel_kind {
 	HETERO_ACCEL_NAME,   /* a100-80gb:4, nvidia:2, cann:8 */
@@ -86,6 +89,13 @@ int hetero_parse_tier(const char *v, const struct hetero_list *allowed,
 		      char out[HETERO_POLICY_MAX + 1], char *err, size_t errlen);
 int hetero_parse_image(const char *v, struct hetero_image *out,
 		       char *err, size_t errlen);
+/* --checkpoint=DIR: an absolute path of printable ASCII without whitespace and
+ * without ".." components, at most HETERO_VALUE_MAX bytes; copied into out. */
+int hetero_parse_checkpoint(const char *v, char out[HETERO_VALUE_MAX + 1],
+			    char *err, size_t errlen);
+/* --migratable is a flag: NULL (the client's optarg), "" or HETERO_FLAG_NULL (its
+ * environment entries) are accepted, any value is refused. */
+int hetero_check_migratable(const char *v, char *err, size_t errlen);
 
 int hetero_check_accel(const char *v, char *err, size_t errlen);
 int hetero_check_arch(const char *v, char *err, size_t errlen);
@@ -95,5 +105,6 @@ int hetero_check_energy(const char *v, const struct hetero_list *allowed,
 int hetero_check_tier(const char *v, const struct hetero_list *allowed,
 		      char *err, size_t errlen);
 int hetero_check_image(const char *v, char *err, size_t errlen);
+int hetero_check_checkpoint(const char *v, char *err, size_t errlen);
 
 #endif /* HETERO_OPTS_H */

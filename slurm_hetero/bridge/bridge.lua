@@ -42,7 +42,10 @@ local DEFAULT_PARTITION = site("DEFAULT_PARTITION", "")
 local MODEL_LUA = site("MODEL_LUA", nil)     -- the exported runtime model, a Lua chunk
 
 local OPTION_PREFIX = "_SLURM_SPANK_OPTION_hetero_"
-local OPTION_NAMES = { "accel", "arch", "energy", "tier", "image" }
+local OPTION_NAMES = { "accel", "arch", "energy", "tier", "image", "checkpoint", "migratable" }
+-- Flags (spank has_arg = 0) carry no value: their environment entry is "" in sbatch's own
+-- environment and "(null)" in the SPANK job environment (Slurm's xstrcat of a NULL optarg).
+local FLAGS = { migratable = true }
 
 -- ---- the option grammar: the same as the SPANK plugin's (spank/hetero_opts.h), case for
 -- case (tests/data/grammar/options.cases), because a user can bypass the plugin by setting
@@ -68,6 +71,7 @@ local COUNT_RULE = "the count must be 1 to 1024"
 local UNITS_RULE = "units must be a number above 0 (e.g. units=2.5)"
 local MEM_RULE = "bad memory floor: use ,mem>=SIZE (e.g. ,mem>=80G)"
 local NAME_RULE = "a name is a letter then up to 31 letters, digits, '_' or '-'"
+local CHECKPOINT_FORMS = "use an absolute path (e.g. /shared/ckpt/run1)"
 local IMAGE_FORMS = "use NAME[:TAG], NAME being '/'-separated components of letters, digits, " ..
     "'.', '_' or '-' that start with a letter or digit"
 
@@ -177,6 +181,23 @@ local function image_syntax(value)
         pos = stop + 1
     end
     return { name = name, tag = tag }
+end
+
+-- --checkpoint=DIR: an absolute path, printable ASCII without whitespace, no ".."
+-- component: { path } as given.
+local function checkpoint_syntax(value)
+    if not printable(value) then return nil, NOT_PRINTABLE .. " (whitespace included)" end
+    if string.byte(value) ~= 47 then return nil, CHECKPOINT_FORMS end  -- not "/"
+    if string.find(value .. "/", "/../", 1, true) then
+        return nil, "'..' components are not allowed; " .. CHECKPOINT_FORMS
+    end
+    return { path = value }
+end
+
+-- --migratable: a flag; any value is refused: {}.
+local function migratable_syntax(value)
+    if value ~= "" and value ~= "(null)" then return nil, "a flag takes no value" end
+    return {}
 end
 
 local function sorted_keys(t)
@@ -573,7 +594,7 @@ end
 local function decide(job_desc, opts, now)
     for _, name in ipairs(OPTION_NAMES) do
         local v = opts[name]
-        if v ~= nil and not printable(v) then return reject(name, v, NOT_PRINTABLE) end
+        if v ~= nil and not FLAGS[name] and not printable(v) then return reject(name, v, NOT_PRINTABLE) end
     end
     local set, record = {}, {}
     local arch = "any"
@@ -641,6 +662,31 @@ local function decide(job_desc, opts, now)
     end
     if arch ~= "any" then
         set.features = job_desc.features and ("(" .. job_desc.features .. ")&" .. arch) or arch
+    end
+    -- Checkpointed jobs come back: requeue on preemption or node failure. How Slurm 22.05
+    -- tells a job under preempt/qos with a GraceTime (src/slurmctld/preempt.c
+    -- _job_check_grace_internal, job_mgr.c job_signal/_signal_job, slurmd req.c
+    -- _kill_all_active_steps): at preemption slurmctld sends SIGCONT then SIGTERM with no
+    -- flags, which becomes KILL_STEPS_ONLY: only the job's steps (srun) get SIGTERM, NOT the
+    -- batch shell. Only with PreemptParameters=send_user_signal and the job's own
+    -- --signal=[B:]SIG does it send that signal instead (B: the batch shell, else the
+    -- steps). When GraceTime ends the job is requeued or cancelled through the normal kill:
+    -- SIGCONT, SIGTERM to every process including the batch shell, KillWait, SIGKILL. So a
+    -- job script that checkpoints itself must run its work under srun, or trap a --signal=B:
+    -- signal, to save within GraceTime.
+    if opts.checkpoint then
+        local c, why = checkpoint_syntax(opts.checkpoint)
+        if c == nil then return reject("checkpoint", opts.checkpoint, why) end
+        set.requeue = 1
+        record[#record + 1] = '"checkpoint":' .. json_string(c.path)
+    end
+    if opts.migratable then
+        local _, why = migratable_syntax(opts.migratable)
+        if why then return reject("migratable", opts.migratable, why) end
+        if opts.checkpoint == nil then
+            return nil, "hetero: --migratable needs --checkpoint=DIR: give both options"
+        end
+        record[#record + 1] = '"migratable":true'
     end
     set.admin_comment = '{"hetero":1,' .. table.concat(record, ",") .. "}"
     return set
@@ -745,5 +791,6 @@ end
 -- For tests (tests/lua): the grammar, as the SPANK plugin's, and the snapshot checks.
 return {
     accel = accel_syntax, arch = arch_syntax, energy = name_syntax, tier = name_syntax,
-    image = image_syntax, check_snapshot = check_snapshot, load_snapshot = load_snapshot,
+    image = image_syntax, checkpoint = checkpoint_syntax, migratable = migratable_syntax,
+    check_snapshot = check_snapshot, load_snapshot = load_snapshot,
 }

@@ -585,6 +585,12 @@ class Cluster:
         for pid in procs.processes_under(self.spool):
             procs.stop_session(pid)
             stopped.append(f"leftover {pid}")
+        # A slurmstepd still finishing a job cancelled just before the stop may hold only our
+        # log files (not the spool): any slurmstepd with files of this cluster is ours.
+        for pid in procs.processes_under(self.workdir):
+            if procs.command_name(pid).startswith("slurmstepd"):
+                procs.stop_session(pid)
+                stopped.append(f"leftover {pid}")
         say(f"stopped {len(stopped)} processes of {self.workdir}")
         return stopped
 

@@ -118,6 +118,14 @@ def processes_under(root: Path) -> list[int]:
     return found
 
 
+def command_name(pid: int) -> str:
+    """The process's comm ("" once it is gone)."""
+    try:
+        return Path(f"/proc/{pid}/comm").read_text(errors="replace").strip()
+    except OSError:
+        return ""
+
+
 def stop_session(pid: int) -> None:
     """SIGKILL the process group of pid (a job's processes), never our own group."""
     try:

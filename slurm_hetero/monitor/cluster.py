@@ -33,8 +33,9 @@ from slurm_hetero.monitor.serve import serve
 from slurm_hetero.site.model import Site
 from slurm_hetero.site.pools import pools
 from slurm_hetero.slurm import hostlist
-from slurm_hetero.slurm.commands import sacct_ended_argv, sinfo_nodes_argv
+from slurm_hetero.slurm.commands import sacct_ended_argv, sacctmgr_events_argv, sinfo_nodes_argv
 from slurm_hetero.slurm.comment import parse_comment
+from slurm_hetero.slurm.events import NodeEvent, parse_events, unusable_seconds
 from slurm_hetero.slurm.parse import (
     SACCT_DELIMITER,
     NodeInfo,
@@ -47,7 +48,8 @@ from slurm_hetero.slurm.squeue import MAX_JSON_BYTES, SQUEUE_JSON_ARGV, QueuedJo
 
 log = logging.getLogger("slurm-hetero.monitor")
 ARCHES = ("x86_64", "aarch64")
-NODE_STATES = ("idle", "alloc", "mix", "drain", "down", "other")
+NODE_STATES = ("idle", "alloc", "mix", "drain", "down", "maint", "other")
+LOST_WINDOW_S = 86400.0  # hetero_pool_lost_device_seconds looks back this far
 FINISHED_OK = "COMPLETED"
 SACCT_FIELDS = ["JobID", "State", "End", "AdminComment"]
 ENDED_STATES = ("CD", "F", "TO", "CA", "NF", "OOM", "PR")
@@ -104,12 +106,21 @@ def _text(v: Any) -> str:
 def node_state(state: str) -> str:
     """sinfo's long state → idle, alloc, mix, drain, down or other.
 
+    A node in a maintenance reservation cannot run jobs (`maint`); one in another
+    reservation can, for the reservation's users (counted as idle).
+
     >>> [node_state(s) for s in ("idle", "mixed", "allocated+", "draining", "drained", "down*", "idle*")]
     ['idle', 'mix', 'alloc', 'drain', 'drain', 'down', 'down']
+    >>> node_state("maint"), node_state("reserved")
+    ('maint', 'idle')
     """
     s = state.lower()
     if "drain" in s:
         return "drain"
+    if s.startswith("maint"):
+        return "maint"
+    if s.startswith("reserved"):
+        return "idle"
     if s.endswith("*") or any(w in s for w in ("down", "fail", "not_responding", "unknown")):
         return "down"
     for prefix, name in (("mix", "mix"), ("alloc", "alloc"), ("completing", "alloc"), ("idle", "idle")):
@@ -322,6 +333,25 @@ def policy_energy(rows: list[dict[str, str]]) -> dict[str, tuple[str, float]]:
     return out
 
 
+def lost_device_seconds(view: SiteView, events: Iterable[NodeEvent], nodes: dict[str, NodeInfo],
+                        start: float, end: float, now: float) -> dict[str, float]:
+    """Per pool, device-seconds of [start, end) lost to down/drained nodes (sacctmgr
+    events; each event's TRES says which devices the node holds)."""
+    evs = list(events)
+    by_node = {e.node: e for e in evs}
+    out: dict[str, float] = {}
+    for node, secs in unusable_seconds(evs, start, end, now).items():
+        info = nodes.get(node)
+        arch = arch_of(info.features) if info else "any"
+        for name_type, count in by_node[node].devices().items():
+            name, _, gtype = name_type.partition(":")
+            model = view.model_of.get((name, gtype))
+            if model is not None:
+                pool = f"{model}@{arch}"
+                out[pool] = out.get(pool, 0.0) + count * secs
+    return out
+
+
 def snapshot_generated_at(path: Path) -> float | None:
     """The snapshot's generation time (the bridge daemon's heartbeat), None if unreadable."""
     try:
@@ -343,6 +373,7 @@ class ClusterExporter:
         self.runner, self.snapshot, self.every = runner, snapshot, every
         self.sacct_every, self.sacct_delay_s, self.clock = sacct_every, sacct_delay_s, clock
         self.last: Round | None = None
+        self.last_nodes: dict[str, NodeInfo] | None = None
         self.round_seconds = 0.0
         self.errors = 0
         self.calls: Counter[str] = Counter()
@@ -353,6 +384,7 @@ class ClusterExporter:
         self.energy_by_policy: defaultdict[str, float] = defaultdict(float)
         self._energy_seen: OrderedDict[str, None] = OrderedDict()
         self._sacct_from: float | None = None
+        self.lost: dict[str, float] | None = None  # pool → device-seconds lost in LOST_WINDOW_S
         self._sacct_at = -math.inf
 
     def _out(self, argv: list[str]) -> str:
@@ -367,6 +399,7 @@ class ClusterExporter:
         except ValueError as e:
             raise RuntimeFailure(f"squeue --json: unreadable answer: {e}") from e
         nodes = parse_sinfo_nodes(self._out(sinfo_nodes_argv()))
+        self.last_nodes = nodes
         now = self.clock()
         comments = [parse_comment(e.job.admin_comment) for e in entries]
         r = summarize(self.view, entries, nodes, now, comments)
@@ -411,6 +444,7 @@ class ClusterExporter:
         except (RuntimeFailure, ValueError) as e:
             log.warning("sacct: %s", e)
             return
+        self.poll_events(now)
         for job, (policy, joules) in policy_energy(rows).items():
             if job in self._energy_seen:
                 continue
@@ -419,6 +453,22 @@ class ClusterExporter:
         while len(self._energy_seen) > 100_000:
             self._energy_seen.popitem(last=False)
         self._sacct_from = until
+
+    def poll_events(self, now: float) -> None:
+        """Device-seconds per pool lost to down/drained nodes over the last LOST_WINDOW_S."""
+        since = now - LOST_WINDOW_S
+        try:
+            text = self.runner.out(sacctmgr_events_argv(_sacct_time(since), _sacct_time(now)),
+                                   timeout=max(10.0, min(60.0, self.every)))
+            self.calls["sacctmgr"] += 1
+            events = parse_events(text)
+        except (RuntimeFailure, ValueError) as e:
+            log.warning("sacctmgr show event: %s", e)
+            return
+        nodes: dict[str, NodeInfo] = {}
+        if self.last_nodes is not None:
+            nodes = self.last_nodes
+        self.lost = lost_device_seconds(self.view, events, nodes, since, now, now)
 
     def run(self, stop: Callable[[], bool]) -> None:
         while not stop():
@@ -472,6 +522,13 @@ class ClusterExporter:
             for reason, n in sorted(r.decisions.items()):
                 why.add_metric([reason], n)
         yield from (jobs, req, alloc, devs, nodes, oldest, why)
+        lost = GaugeMetricFamily("hetero_pool_lost_device_seconds",
+                                 "Device-seconds a pool lost to down/drained nodes over the last 24 h "
+                                 "(sacctmgr show event; with --sacct-every)", labels=["pool"])
+        if self.lost is not None:
+            for pool in self.view.pools:
+                lost.add_metric([pool], round(dict(self.lost).get(pool, 0.0), 1))
+        yield lost
         total = CounterMetricFamily("hetero_bridge_decisions", "Bridge decisions seen, by reason",
                                     labels=["why"])
         for reason, n in sorted(dict(self.decisions_total).items()):  # copies: rounds run meanwhile

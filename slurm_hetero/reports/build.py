@@ -19,11 +19,25 @@ from slurm_hetero.jobs.sacct import from_sacct
 from slurm_hetero.jobs.traces import read_trace
 from slurm_hetero.reports.metrics import build_report
 from slurm_hetero.reports.model import Report
+from slurm_hetero.reports.outages import fetch_outages
 from slurm_hetero.reports.pending import parse_squeue_pending, pending_text
 from slurm_hetero.reports.period import Period
 from slurm_hetero.site.model import Site
+from slurm_hetero.slurm import hostlist
+from slurm_hetero.slurm.parse import parse_duration_s, parse_tres
 from slurm_hetero.slurm.runner import Runner
 from slurm_hetero.slurm.sacct import Chunk, SacctDays, accounting_identity, parse_when, read_sacct
+
+def parse_limit_s(text: str | None) -> float | None:
+    """A partition's DefaultTime/MaxTime (`1:00:00`, `2-00:00:00`) in seconds; None for
+    UNLIMITED or unreadable."""
+    if not text or text.upper() in ("UNLIMITED", "INFINITE"):
+        return None
+    try:
+        return parse_duration_s(text)
+    except ValueError:
+        return None
+
 
 # squeue tells who waits now: only worth asking when the report reaches the present.
 _PRESENT_S = 300.0
@@ -45,9 +59,45 @@ def _day_bar(show: bool) -> Iterator[Callable[[Chunk], None]]:
         yield step
 
 
+def site_mismatch(raw: pd.DataFrame, site: Site) -> str | None:
+    """What in the accounting the site does not describe (nodes, GRES types), or None."""
+    nodes = {n for g in site.node_groups for n in g.nodes}
+    gres = {(m.gres_name, m.gres_type) for m in site.catalog.values()} | \
+        {(m.gres_name, m.id) for m in site.catalog.values()}
+    odd_nodes: set[str] = set()
+    odd_gres: set[str] = set()
+    for text in pd.unique(raw["NodeList"].astype(str)) if "NodeList" in raw else []:
+        if text in ("", "None assigned", "(null)", "nan"):
+            continue
+        try:
+            names = hostlist.expand(text, limit=100_000)
+        except hostlist.HostlistError:
+            names = [text]
+        odd_nodes.update(n for n in names if n not in nodes)
+    for text in pd.unique(raw["AllocTRES"].astype(str)) if "AllocTRES" in raw else []:
+        for key in parse_tres(text):
+            name, _, gtype = key.removeprefix("gres/").partition(":")
+            if key.startswith("gres/") and gtype and (name, gtype) not in gres:
+                odd_gres.add(f"{name}:{gtype}")
+    if not odd_nodes and not odd_gres:
+        return None
+    parts = []
+    if odd_nodes:
+        shown = sorted(odd_nodes)
+        parts.append(f"nodes {', '.join(shown[:10])}" + (f" and {len(shown) - 10} more" if len(shown) > 10 else "")
+                     + " (their jobs' arch is 'unknown')")
+    if odd_gres:
+        parts.append(f"GRES types {', '.join(sorted(odd_gres))} (no model, no normalized units)")
+    return f"site {site.name} does not describe {' and '.join(parts)}: is --site the cluster's site file?"
+
+
 def sacct_report(site: Site | None, runner: Runner, period: Period, partition: str | None = None,
-                 cache_dir: Path | None = None, progress: bool = False, now: float | None = None) -> Report:
-    """The report of a cluster's accounting over `period` (sacct by day, squeue for waiters)."""
+                 cache_dir: Path | None = None, progress: bool = False, now: float | None = None,
+                 strict: bool = False, warn: Callable[[str], None] | None = None) -> Report:
+    """The report of a cluster's accounting over `period` (sacct by day, squeue for waiters).
+
+    A site that does not describe the cluster's nodes or GRES is said through `warn` (and
+    in the report's notes), or is an InputError with `strict`."""
     now = time.time() if now is None else now
     if site and partition and partition not in [p.name for p in site.partitions]:
         raise InputError(f"--partition {partition}: not a partition of site {site.name}; use one of "
@@ -58,6 +108,13 @@ def sacct_report(site: Site | None, runner: Runner, period: Period, partition: s
     jobs = table.select(from_sacct(raw.frame, site),
                         period.start, period.end, partition)
     notes = []
+    mismatch = site_mismatch(raw.frame, site) if site else None
+    if mismatch and strict:
+        raise InputError(f"--site: {mismatch}")
+    if mismatch:
+        notes.append(mismatch)
+        if warn:
+            warn(f"warning: {mismatch}")
     if raw.skipped:
         notes.append(f"{raw.skipped} sacct line(s) had too few fields and were skipped")
     pending = None
@@ -74,10 +131,22 @@ def sacct_report(site: Site | None, runner: Runner, period: Period, partition: s
     cap = site_capacity(site, partition) if site else Capacity(source="no site file")
     if len(jobs):
         period = period.shrink_to(float(np.nanmin(jobs["submit"].to_numpy())), period.end)
+    lost = None
+    limits: dict[str, float] = {}
+    if site:
+        lost, why = fetch_outages(runner, site, period.start, period.end, partition, now)
+        if why:
+            notes.append(why)
+        elif lost and lost.unknown_nodes:
+            notes.append(f"node events of nodes the site does not describe: {', '.join(lost.unknown_nodes[:10])}")
+        for p in site.partitions:
+            t = parse_limit_s(p.default_time or p.max_time)
+            if t:
+                limits[p.name] = t
     ident = accounting_identity(runner)
     cluster = f"cluster {ident['clustername']}" if "clustername" in ident else ident["conf"]
     label = f"sacct of {cluster} ({days.fetched} day(s) fetched, {days.hits} from cache)"
-    return build_report(jobs, cap, period, label, pending, notes, partition, now)
+    return build_report(jobs, cap, period, label, pending, notes, partition, now, lost, limits)
 
 
 def trace_period(jobs: pd.DataFrame, since: str | None, until: str | None) -> Period:

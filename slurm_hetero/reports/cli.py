@@ -27,11 +27,16 @@ from slurm_hetero.cliutil import console, reports_errors, site_option
 @click.option("--cache-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="sacct cache [default: ~/.cache/slurm-hetero/sacct]")
 @click.option("--no-cache", is_flag=True, help="Fetch every day from slurmdbd again.")
+@click.option("--job", "job_id", metavar="JOBID", help="Only this job's page (what `slurm-hetero job` shows).")
+@click.option("--strict", is_flag=True, help="Exit 2 when the site does not describe the cluster's nodes.")
 @reports_errors
 def report(site_path: Path, since: str | None, until: str | None, partition: str | None,
            output: Path | None, csv_dir: Path | None, trace: Path | None, cache_dir: Path | None,
-           no_cache: bool) -> None:
+           no_cache: bool, job_id: str | None, strict: bool) -> None:
     """Accounting report: utilisation, waits, energy, predictions, bridge decisions, users."""
+    if job_id is not None:
+        _job(job_id, site_path, output, as_json=False)
+        return
     from slurm_hetero.reports import (
         print_report,
         resolve_period,
@@ -48,7 +53,8 @@ def report(site_path: Path, since: str | None, until: str | None, partition: str
         rep = trace_report(trace, since, until, partition)
     else:
         rep = sacct_report(load_site(site_path), Runner(), resolve_period(since, until),
-                           partition, None if no_cache else cache_dir or default_cache_dir(), progress=True)
+                           partition, None if no_cache else cache_dir or default_cache_dir(), progress=True,
+                           strict=strict, warn=lambda m: click.echo(m, err=True))
     if csv_dir:
         console.print(f"wrote {len(write_csv(rep, csv_dir))} CSV files to {csv_dir}", markup=False,
                       highlight=False)
@@ -57,3 +63,37 @@ def report(site_path: Path, since: str | None, until: str | None, partition: str
                       markup=False, highlight=False)
     else:
         print_report(rep, console)
+
+
+def _job(job_id: str, site_path: Path, output: Path | None, as_json: bool) -> None:
+    import json
+
+    from slurm_hetero.reports.html import write_html
+    from slurm_hetero.reports.jobpage import check_job_id, job_page, page_report, print_page
+    from slurm_hetero.site import load_site
+    from slurm_hetero.slurm.runner import Runner
+
+    check_job_id(job_id)  # a bad id is exit 2 before anything is read
+    runner = Runner()
+    page = job_page(runner, job_id, load_site(site_path))
+    if as_json:
+        click.echo(json.dumps(page.as_dict(), indent=1, default=str))
+    elif output:
+        path = write_html(page_report(page, f"sacct of job {page.job_id}"), output)
+        console.print(f"wrote {path}", markup=False, highlight=False)
+    else:
+        print_page(page, console)
+
+
+@click.command("job")
+@click.argument("job_id", metavar="JOBID")
+@site_option
+@click.option("--json", "as_json", is_flag=True, help="Print the page as JSON.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path),
+              help="Write the page as one self-contained HTML file.")
+@reports_errors
+def job(job_id: str, site_path: Path, as_json: bool, output: Path | None) -> None:
+    """One job: what it asked, what the bridge chose, what it got and used, and advice.
+
+    Exit 2 for a malformed JOBID, 1 for a job accounting does not know (or not yours)."""
+    _job(job_id, site_path, output, as_json)

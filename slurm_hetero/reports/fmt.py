@@ -67,8 +67,8 @@ def cell(col: str, v: object) -> str:
             return duration(f)
         if col.endswith("_pct"):
             return f"{f:.1f}"
-        if col == "accuracy":
-            return f"{f:.3f}"
+        if col == "accuracy":  # a real 0.0004 must not read as 0.000
+            return f"{f:.3f}" if f >= 0.01 or f == 0 else f"{f:.2g}"
         if f.is_integer() and col in ("devices", "cpus", "jobs", "nodes"):
             return f"{int(f):,}"
         return number(f)

@@ -15,7 +15,7 @@ Conventions the renderers rely on (column-name suffixes): `_s` seconds, `_pct` p
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -24,6 +24,7 @@ from slurm_hetero.jobs import table as J
 from slurm_hetero.jobs.capacity import Capacity
 from slurm_hetero.reports import fmt
 from slurm_hetero.reports.model import Plot, Report, Section, Table
+from slurm_hetero.reports.outages import Outages, lost_by_pool
 from slurm_hetero.reports.period import Period, bucket_edges, fmt_step, fmt_time
 from slurm_hetero.slurm.sacct import TERMINAL
 
@@ -79,8 +80,13 @@ class Derived:
 
 def build_report(jobs: pd.DataFrame, capacity: Capacity, period: Period, source: str,
                  pending: pd.DataFrame | None = None, notes: Sequence[str] = (),
-                 partition: str | None = None, now: float | None = None) -> Report:
-    """The whole report of `jobs` (already selected to the period and partition)."""
+                 partition: str | None = None, now: float | None = None,
+                 outages: Outages | None = None, default_limits: Mapping[str, float] | None = None) -> Report:
+    """The whole report of `jobs` (already selected to the period and partition).
+
+    `outages`: capacity lost to down/drained nodes and maintenance (reports.outages), taken
+    off the capacity the utilisation is measured against; `default_limits`: each
+    partition's DefaultTime in seconds, so a limit nobody chose is not read as an estimate."""
     now = time.time() if now is None else now
     title = "slurm-hetero accounting report" + (f" · partition {partition}" if partition else "")
     if pending is None:
@@ -107,10 +113,10 @@ def build_report(jobs: pd.DataFrame, capacity: Capacity, period: Period, source:
     ]
     sections = [
         Section("summary", "Summary", [_summary_table(summary)]),
-        utilisation(d, capacity, period, edges),
+        utilisation(d, capacity, period, edges, outages),
         waits(d, pending, now),
         energy(d),
-        prediction(d, edges),
+        prediction(d, edges, default_limits or {}),
         bridge(d),
         users(d),
         efficiency(d),
@@ -155,8 +161,11 @@ def _sum(x: pd.Series) -> float:
     return float(x.sum(min_count=1))
 
 
-def utilisation(d: Derived, cap: Capacity, period: Period, edges: list[float]) -> Section:
+def utilisation(d: Derived, cap: Capacity, period: Period, edges: list[float],
+                outages: Outages | None = None) -> Section:
     hours = period.seconds / 3600.0
+    lost_dev = outages.device_s if outages else {}
+    lost_cpu = outages.cpu_s if outages else {}
     f = d.frame()
     acc = f[d.text("model") != ""]
     by = acc.groupby(["model", "arch"], observed=True).agg(
@@ -173,10 +182,12 @@ def utilisation(d: Derived, cap: Capacity, period: Period, edges: list[float]) -
         upd = cap.units_per_device.get(model, np.nan)
         none_used = {"jobs": 0.0, "device_hours": 0.0, "unit_hours": 0.0 if not np.isnan(upd) else np.nan}
         u = used.get(key, none_used)
+        # Capacity counts a device only while its node could run jobs.
+        usable = max(devs * hours - lost_dev.get(key, 0.0) / 3600.0, 0.0)
         rows.append({"model": model, "arch": arch, "devices": devs, "units_per_device": upd,
                      "jobs": int(u["jobs"]), "device_hours": u["device_hours"],
-                     "capacity_device_hours": devs * hours, "util_pct": _pct(u["device_hours"], devs * hours),
-                     "unit_hours": u["unit_hours"], "capacity_unit_hours": devs * upd * hours})
+                     "capacity_device_hours": usable, "util_pct": _pct(u["device_hours"], usable),
+                     "unit_hours": u["unit_hours"], "capacity_unit_hours": usable * upd})
     by_model = pd.DataFrame(rows, columns=["model", "arch", "devices", "units_per_device", "jobs",
                                            "device_hours", "capacity_device_hours", "util_pct",
                                            "unit_hours", "capacity_unit_hours"])
@@ -192,11 +203,14 @@ def utilisation(d: Derived, cap: Capacity, period: Period, edges: list[float]) -
     for arch in arches:
         r = per_arch.get(arch, {"jobs": 0.0, "cpu_hours": 0.0, "device_hours": 0.0, "unit_hours": 0.0})
         cpus = cap.cpus.get(arch, 0.0)
-        cap_units = sum(cap.units(m, a) for m, a in cap.devices if a == arch)
+        lost_units_h = sum(v * cap.units_per_device.get(m, np.nan) for (m, a), v in lost_dev.items()
+                           if a == arch) / 3600.0
+        cap_units = sum(cap.units(m, a) for m, a in cap.devices if a == arch) - lost_units_h / max(hours, 1e-9)
+        cpu_cap = max(cpus * hours - lost_cpu.get(arch, 0.0) / 3600.0, 0.0)
         arows.append({
             "arch": arch, "nodes": cap.nodes.get(arch, np.nan), "cpus": cpus, "jobs": int(r["jobs"]),
-            "cpu_hours": r["cpu_hours"], "capacity_cpu_hours": cpus * hours,
-            "cpu_util_pct": _pct(r["cpu_hours"], cpus * hours),
+            "cpu_hours": r["cpu_hours"], "capacity_cpu_hours": cpu_cap,
+            "cpu_util_pct": _pct(r["cpu_hours"], cpu_cap),
             "devices": sum(v for (_, a), v in cap.devices.items() if a == arch),
             "device_hours": r["device_hours"], "unit_hours": r["unit_hours"],
             "capacity_unit_hours": cap_units * hours,
@@ -205,10 +219,24 @@ def utilisation(d: Derived, cap: Capacity, period: Period, edges: list[float]) -
                                            "capacity_cpu_hours", "cpu_util_pct", "devices",
                                            "device_hours", "unit_hours", "capacity_unit_hours",
                                            "unit_util_pct"])
+    what = ("installed devices while their nodes could run jobs (down, drained and maintenance "
+            "time taken off)" if outages else "installed devices")
     tables = [Table("utilisation_by_model", "Accelerators by model and architecture", by_model,
-                    note=f"capacity from {cap.source}: installed devices over the "
-                         f"{fmt.duration(period.seconds)} period"),
+                    note=f"capacity from {cap.source}: {what} over the {fmt.duration(period.seconds)} period"),
               Table("utilisation_by_arch", "By architecture: CPUs and normalized units", by_arch)]
+    notes = []
+    if outages is not None:
+        lost = lost_by_pool(outages, cap.devices, period.seconds)
+        if len(lost) and float(lost["lost_device_hours"].sum()) > 0:
+            tables.append(Table("capacity_lost", "Capacity lost to down, drained and maintenance nodes, by pool",
+                                lost[lost["lost_device_hours"] > 0].reset_index(drop=True)))
+        if len(outages.rows):
+            tables.append(Table("node_outages", "Node outages in the period (sacctmgr events, maintenance)",
+                                outages.rows.sort_values("lost_s", ascending=False, kind="stable")
+                                .reset_index(drop=True).assign(**{
+                                    "from": lambda f: f["from"].map(fmt_time), "to": lambda f: f["to"].map(fmt_time)})))
+        else:
+            notes.append("no node was down, drained or in maintenance in the period")
     if cap.inventory:
         inv = pd.DataFrame(sorted(cap.inventory.items()), columns=["model", "devices"])
         tables.append(Table("capacity_inventory", "Installed accelerators (not attributable per job)", inv))
@@ -238,7 +266,7 @@ def utilisation(d: Derived, cap: Capacity, period: Period, edges: list[float]) -
     if arch_series:
         plots.append(Plot("utilisation_arch_time", "CPUs and normalized units in use, % of capacity",
                           "lines", pd.DataFrame(arch_series, index=x), "% of capacity", time_x=True))
-    return Section("utilisation", "Utilisation", tables, plots)
+    return Section("utilisation", "Utilisation", tables, plots, notes)
 
 
 # ---- waits ---------------------------------------------------------------------------------
@@ -400,7 +428,14 @@ def accuracy(p: Arr, a: Arr) -> tuple[int, float, float]:
     return len(p), float(np.mean(np.minimum(p, a) / np.maximum(p, a))), float(100.0 * np.mean(p < a))
 
 
-def prediction(d: Derived, edges: list[float]) -> Section:
+def own_limits(req: Arr, partition: Arr, default_limits: Mapping[str, float]) -> Arr:
+    """The user's estimate where the job chose its limit: a limit equal to its partition's
+    DefaultTime is what Slurm gave a job that named none, not an estimate (NaN then)."""
+    default = np.asarray([default_limits.get(str(p), np.nan) for p in partition], dtype="float64")
+    return np.where(np.isclose(req, default), np.nan, req)
+
+
+def prediction(d: Derived, edges: list[float], default_limits: Mapping[str, float] | None = None) -> Section:
     sec = Section("prediction", "Runtime prediction")
     fin = d.finished & (np.nan_to_num(d.num("runtime_s")) > 0)
     a, part, end = d.num("runtime_s", fin), d.text("partition", fin), d.num("end", fin)
@@ -409,15 +444,27 @@ def prediction(d: Derived, edges: list[float]) -> Section:
     series: dict[str, Arr] = {}
     for label, col in ESTIMATORS:
         p = d.num(col, fin)
+        if col == "req_time_s":
+            raw = p
+            p = own_limits(p, part, default_limits or {})
+            defaulted = int(np.sum((raw > 0) & np.isnan(p)))
+            if defaulted:
+                sec.notes.append(f"user estimate: {defaulted:,} finished job(s) ran under their partition's "
+                                 "DefaultTime (no limit of their own): left out of its accuracy")
         n, acc, under = accuracy(p, a)
         if n == 0:
+            if col == "req_time_s":
+                why = ("no finished job set a time limit of its own" if len(a) and np.any(raw > 0)
+                       else "the data records no time limits")
+                rows.append({"estimator": label, "jobs": 0, "accuracy": np.nan, "under_predicted_pct": np.nan,
+                             "p90_covered_pct": np.nan, "note": f"n/a: {why}"})
             continue
         p90 = d.num("pred_p90", fin)
         has90 = p90 > 0
         covered = float(100.0 * np.mean(a[has90] <= p90[has90])) if col == "pred_p50" and has90.any() \
             else np.nan
         rows.append({"estimator": label, "jobs": n, "accuracy": acc, "under_predicted_pct": under,
-                     "p90_covered_pct": covered})
+                     "p90_covered_pct": covered, "note": ""})
         for pt in np.unique(part):
             m = part == pt
             pn, pacc, punder = accuracy(p[m], a[m])
@@ -429,10 +476,11 @@ def prediction(d: Derived, edges: list[float]) -> Section:
         per_bucket = np.bincount(bucket[ok], weights=ratio, minlength=len(edges) - 1)
         count = np.bincount(bucket[ok], minlength=len(edges) - 1)
         series[label] = np.where(count > 0, per_bucket / np.maximum(count, 1), np.nan)
-    if not rows:
-        sec.notes.append("no finished job with both a runtime and an estimate in range")
+    if not any(r["jobs"] for r in rows):
+        sec.notes.append("no finished job with both a runtime and an estimate in range"
+                         + (f" (user estimate {rows[0]['note']})" if rows else ""))
         return sec
-    if len(rows) == 1:
+    if len([r for r in rows if r["jobs"]]) == 1 and not any(r["estimator"].startswith("bridge") for r in rows):
         sec.notes.append("no runtime predictions recorded (pred in the admin comment): "
                          "showing the user's estimate only")
     sec.tables += [Table("prediction_accuracy", "Accuracy: mean of min(p,a)/max(p,a)", pd.DataFrame(rows)),
@@ -489,7 +537,20 @@ def _cpu_parts(d: Derived) -> tuple[Arr, Arr]:
     return np.where(ok, used, 0.0), np.where(ok, alloc, 0.0)
 
 
-def _by_owner(d: Derived, by: str) -> pd.DataFrame:
+# What "top" means: normalized units where any job held accelerators of a known model,
+# else device-hours (a trace naming no model), else CPU-hours (a CPU-only cluster).
+RANK_METRICS = (("unit_hours", "normalized-unit-hours"), ("device_hours", "device-hours"),
+                ("cpu_hours", "CPU-hours"))
+
+
+def rank_metric(d: Derived) -> tuple[str, str]:
+    for col, label in RANK_METRICS[:2]:
+        if float(np.nansum(getattr(d, col))) > 0:
+            return col, label
+    return RANK_METRICS[2]
+
+
+def _by_owner(d: Derived, by: str, metric: str = "unit_hours") -> pd.DataFrame:
     used, alloc = _cpu_parts(d)
     f = d.frame(cpu_used=used, cpu_alloc=alloc)
     g = f.groupby(by, observed=True)
@@ -500,18 +561,23 @@ def _by_owner(d: Derived, by: str) -> pd.DataFrame:
     total = float(np.nansum(d.unit_hours))
     t["share_of_units_pct"] = 100.0 * t["unit_hours"] / total if total > 0 else np.nan
     t.index = pd.Index([str(i) for i in t.index], name=by)
-    return t.reset_index().sort_values(["unit_hours", "cpu_hours"], ascending=False,
-                                       kind="stable").reset_index(drop=True)
+    # Columns that say nothing here (no units on a CPU-only trace) are left out, not zeros.
+    empty = [c for c in ("unit_hours", "share_of_units_pct", "device_hours", "cpu_eff_pct")
+             if not (t[c].fillna(0) != 0).any()]
+    t = t.drop(columns=empty)
+    keys = [metric] + [c for c in ("unit_hours", "device_hours", "cpu_hours") if c != metric and c in t]
+    return t.reset_index().sort_values(keys, ascending=False, kind="stable").reset_index(drop=True)
 
 
 def users(d: Derived) -> Section:
-    u, a = _by_owner(d, "user"), _by_owner(d, "account")
+    metric, label = rank_metric(d)
+    u, a = _by_owner(d, "user", metric), _by_owner(d, "account", metric)
     sec = Section("users", "Top users and accounts", [
-        Table("top_users", "Top users by normalized-unit-hours", u),
-        Table("top_accounts", "Top accounts by normalized-unit-hours", a)])
-    metric = "unit_hours" if float(np.nansum(u["unit_hours"].to_numpy())) > 0 else "cpu_hours"
+        Table("top_users", f"Top users by {label}", u),
+        Table("top_accounts", f"Top accounts by {label}", a)])
+    if metric != "unit_hours":
+        sec.notes.append(f"ranked by {label}: no job held accelerators of a model with normalized units")
     top = u.set_index("user")[[metric]].head(15).iloc[::-1]
-    label = metric.replace("_", "-")
     sec.plots.append(Plot("top_users", f"Top users by {label}", "hbars", top, label))
     return sec
 

@@ -90,3 +90,33 @@ def sacctmgr_argv(*words: str) -> list[str]:
 def sacctmgr_list_argv(entity: str, field: str) -> list[str]:
     """One column of `sacctmgr list ENTITY`, no header."""
     return sacctmgr_argv("-n", "-P", "list", entity, f"format={field}")
+
+
+# Node events and reservations come with admin-written text (Reason) last: `|` in it only
+# lengthens that field. Times as epoch seconds need SLURM_TIME_FORMAT=%s (sacct.epoch_runner).
+EVENT_FIELDS = ("NodeName", "Start", "End", "State", "TRES", "Reason")
+RESERVATION_FIELDS = ("Name", "Start", "End", "Flags", "NodeNames")
+
+
+def sacctmgr_events_argv(since: str, until: str) -> list[str]:
+    """Node events (down, drain, ...) overlapping [since, until] (sacct's local time text)."""
+    return sacctmgr_argv("-n", "-P", "show", "event", f"start={since}", f"end={until}",
+                         f"format={','.join(EVENT_FIELDS)}")
+
+
+def sacctmgr_reservations_argv(since: str, until: str) -> list[str]:
+    """Reservations overlapping [since, until]; only maintenance ones cost capacity."""
+    return sacctmgr_argv("-n", "-P", "show", "reservation", f"start={since}", f"end={until}",
+                         f"format={','.join(RESERVATION_FIELDS)}")
+
+
+def sacct_job_json_argv(job_id: str | int) -> list[str]:
+    """One job with its steps as JSON (user text stays inside JSON strings)."""
+    return ["sacct", "--json", "-j", job_ids([job_id])[0]]
+
+
+def admin_level_argv(user: str) -> list[str]:
+    """A user's AdminLevel in the accounting database (None, Operator, Administrator)."""
+    if not re.fullmatch(r"[A-Za-z0-9_.][A-Za-z0-9_.-]{0,63}", user):
+        raise ValueError(f"not a user name: {user!r}")
+    return sacctmgr_argv("-n", "-P", "show", "user", user, "format=AdminLevel")

@@ -86,6 +86,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	static struct hetero_conf site; /* lists from the last good conf */
 	char err[HETERO_ERR_MAX], *v, *argv[8], name[HETERO_POLICY_MAX + 1];
+	char dir[HETERO_VALUE_MAX + 1];
 	struct hetero_image img;
 	struct hetero_accel a;
 	enum hetero_arch arch;
@@ -95,7 +96,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
 	if (size < 2)
 		return 0;
-	op = data[0] % 8;
+	op = data[0] % 9; /* 6: plugstack arguments */
 	/* Mostly full buffers; sometimes tiny ones to test truncation. */
 	errlen = data[1] < 200 ? sizeof(err) : (size_t)(data[1] - 200);
 	v = malloc(size - 1);
@@ -151,6 +152,22 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	case 5:
 		rc = hetero_check_energy(v, &site.energy, err, errlen);
 		break;
+	case 7:
+		rc = hetero_parse_checkpoint(v, dir, err, errlen);
+		if (rc == 0) { /* absolute, printable, no ".." component */
+			ASSERT(!strcmp(dir, v) && v[0] == '/' && printable(v));
+			ASSERT(!strchr(v, ' ') && strlen(v) <= HETERO_VALUE_MAX);
+			ASSERT(!strstr(v, "/../") && (strlen(v) < 3
+			       || strcmp(v + strlen(v) - 3, "/..")));
+		}
+		break;
+	case 8:
+		rc = hetero_check_migratable(v, err, errlen);
+		if (rc == 0)
+			ASSERT(!*v || !strcmp(v, HETERO_FLAG_NULL));
+		check_err(rc, err, errlen);
+		free(v);
+		return 0;
 	default:
 		rc = hetero_conf_parse(&c, split(v, argv), argv, err, errlen);
 		check_list(&c.energy);
@@ -163,7 +180,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		free(v);
 		return 0;
 	}
-	if (rc == 0 && op != 0 && op != 1)
+	if (rc == 0 && op != 0 && op != 1 && op != 7)
 		check_accepted(v);
 	check_err(rc, err, errlen);
 	free(v);

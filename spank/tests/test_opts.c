@@ -198,6 +198,45 @@ static void test_image_parse(void)
 	CHECK(hetero_check_image("a:b", NULL, 0) == 0, "check_image");
 }
 
+static void test_checkpoint_and_flag(void)
+{
+	char dir[HETERO_VALUE_MAX + 1], err[HETERO_ERR_MAX], *s = repeat('a', 300);
+
+	memset(dir, 'z', sizeof(dir));
+	CHECK(!hetero_parse_checkpoint("/shared/ckpt/run.1", dir, NULL, 0)
+	      && !strcmp(dir, "/shared/ckpt/run.1"), "checkpoint -> %s", dir);
+	/* out is untouched on failure */
+	CHECK(hetero_parse_checkpoint("/a/../b", dir, NULL, 0) == -1
+	      && !strcmp(dir, "/shared/ckpt/run.1"), "/a/../b wrote out");
+	CHECK(hetero_check_checkpoint(NULL, err, sizeof(err)) == -1, "checkpoint NULL");
+	s[0] = '/';
+	s[256] = '\0';
+	CHECK(!hetero_parse_checkpoint(s, dir, NULL, 0) && strlen(dir) == 256,
+	      "256-byte path: %zu", strlen(dir));
+	s[256] = 'a';
+	s[257] = '\0';
+	CHECK(hetero_check_checkpoint(s, err, sizeof(err)) == -1
+	      && strstr(err, "(longer than 256 bytes): use an absolute path"), "257: %s", err);
+	hetero_check_checkpoint("/a/..", err, sizeof(err));
+	CHECK(strstr(err, "('..' components are not allowed at offset 3: '.')") != NULL,
+	      "dotdot message: %s", err);
+	hetero_check_checkpoint("rel/dir", err, sizeof(err));
+	CHECK(strstr(err, "(DIR must be an absolute path at offset 0: 'r')") != NULL,
+	      "relative message: %s", err);
+	hetero_check_checkpoint("/a b", err, sizeof(err));
+	CHECK(strstr(err, "(whitespace or not printable ASCII at offset 2: byte 0x20)") != NULL,
+	      "space message: %s", err);
+	/* the flag: what the client (NULL) and the environment ("", "(null)") hand over */
+	CHECK(!hetero_check_migratable(NULL, err, sizeof(err)), "migratable NULL");
+	CHECK(!hetero_check_migratable("", err, sizeof(err)), "migratable empty");
+	CHECK(!hetero_check_migratable(HETERO_FLAG_NULL, err, sizeof(err)), "migratable (null)");
+	CHECK(hetero_check_migratable("yes", err, sizeof(err)) == -1
+	      && !strcmp(err, "--migratable='yes' is not valid (a flag takes no value): use "
+			 "--migratable without a value, together with --checkpoint=DIR"),
+	      "migratable message: %s", err);
+	free(s);
+}
+
 static void test_messages(void)
 {
 	char err[HETERO_ERR_MAX], *big = repeat('x', 10240);
@@ -575,8 +614,21 @@ static void case_check(struct case_file *f, const char *opt, const char *v, int 
 				 kv_get(kv, nkv, "name", "", used), kv_get(kv, nkv, "tag", "", used));
 		if (!rc)
 			snprintf(got, sizeof(got), "name=%s tag=%s", img.name, img.tag);
+	} else if (!strcmp(opt, "checkpoint")) {
+		char dir[HETERO_VALUE_MAX + 1] = "";
+
+		rc = hetero_parse_checkpoint(v, dir, err, sizeof(err));
+		seed(f, 7, v);
+		if (ok)
+			snprintf(want, sizeof(want), "path=%s", kv_get(kv, nkv, "path", "", used));
+		if (!rc)
+			snprintf(got, sizeof(got), "path=%s", dir);
+	} else if (!strcmp(opt, "migratable")) {
+		rc = hetero_check_migratable(v, err, sizeof(err));
+		seed(f, 8, v);
 	} else {
-		case_error(f, "unknown option (accel, arch, energy, tier or image)");
+		case_error(f, "unknown option (accel, arch, energy, tier, image, checkpoint or "
+			   "migratable)");
 		return;
 	}
 	for (i = 0; i < nkv; i++)
@@ -726,6 +778,7 @@ int main(int argc, char **argv)
 	test_accel_struct();
 	test_arch_parse();
 	test_image_parse();
+	test_checkpoint_and_flag();
 	test_messages();
 	test_conf();
 	printf("%d passed, %d failed (%u cases from %s)\n", passed, failed, ncases, argv[argc - 1]);

@@ -18,8 +18,17 @@ DEMO = ROOT / "site" / "demo" / "site.yaml"
 def assert_nothing_left(c: Cluster) -> None:
     for d in c.daemons():
         assert not alive(read_pid(d.pidfile), d.expect), f"{d.name} still running"
-    assert [p for p in processes_under(c.workdir)
-            if "slurm" in Path(f"/proc/{p}/comm").read_text(errors="replace")] == []
+    left = [p for p in processes_under(c.workdir)
+            if "slurm" in Path(f"/proc/{p}/comm").read_text(errors="replace")]
+    assert left == [], [_describe(p) for p in left]
+
+
+def _describe(pid: int) -> str:
+    try:
+        cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        return f"{pid} {cmd} (ppid {Path(f'/proc/{pid}/stat').read_text().split()[3]})"
+    except OSError:
+        return f"{pid} (gone)"
 
 
 @pytest.fixture(scope="session")

@@ -122,7 +122,10 @@ def test_diamond_preempts_silver_which_resumes_from_its_checkpoint(
                           150), (first.read_text()[-300:], c.runner.out(["scontrol", "show", "job",
                                                                          str(diamond)]))
         # A requeued batch job waits out the credential lifetime (120 s) before it may start
-        # again; release it now: it still pends while diamond holds the node.
+        # again; release it once it is back to PENDING (slurmctld sets the begin time when
+        # the old incarnation has finished completing): it still pends while diamond runs.
+        assert wait_until(lambda: c.runner.out(["squeue", "-h", "-j", str(silver), "-o", "%T"]).strip()
+                          == "PENDING", 90), c.runner.out(["scontrol", "show", "job", str(silver)])
         c.runner.run(["scontrol", "update", f"JobId={silver}", "StartTime=now"])
         wait_done(c.runner, [diamond], timeout=120)
         wait_done(c.runner, [silver], timeout=180)

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 CASES = Path(__file__).resolve().parents[1] / "data" / "grammar" / "options.cases"
-OPTIONS = ("accel", "arch", "energy", "tier", "image")
+OPTIONS = ("accel", "arch", "energy", "tier", "image", "checkpoint", "migratable")
 # The meaning keys of each option and their defaults ("count" of units is 0).
 KEYS: dict[str, dict[str, str]] = {
     "accel": {"kind": "", "name": "", "count": "1", "units_milli": "0", "mem_mib": "0"},
@@ -16,6 +16,8 @@ KEYS: dict[str, dict[str, str]] = {
     "energy": {"name": ""},
     "tier": {"name": ""},
     "image": {"name": "", "tag": ""},
+    "checkpoint": {"path": ""},
+    "migratable": {},  # a flag: no meaning beyond "given"
 }
 NUMERIC = {"count", "units_milli", "mem_mib"}
 VALUE_MAX = 20000

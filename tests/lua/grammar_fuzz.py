@@ -40,7 +40,8 @@ TOKENS = [b"units=", b",mem>=", b"mem>=", b"any", b":", b",", b".", b"/", b"=", 
           b"9", b"00", b"0.", b".5", b"1024", b"1025", b"100000", b"100000.001", b"0.001", b"1048576",
           b"1048577", b"1125899906842624", b"18446744073709551616", b"K", b"M", b"G", b"T", b"B", b"kb",
           b"x86_64", b"aarch64", b"arm64", b"armv8", b"nvidia", b"a100-80gb", b"gold", b"auto", b"-",
-          b"_", b" ", b"\t", b"\n", b"\x1b", b"\x7f", b"\xc3\xa9", b"\xff", b"e3", b"+", b"$(id)", b"::"]
+          b"_", b" ", b"\t", b"\n", b"\x1b", b"\x7f", b"\xc3\xa9", b"\xff", b"e3", b"+", b"$(id)", b"::",
+          b"/..", b"../", b"/./", b"//", b"(null)", b"null"]
 ALPHABET = bytes(range(1, 256))
 
 
@@ -109,6 +110,13 @@ class CGrammar:
             img = HeteroImage()
             if not self.lib.hetero_parse_image(v, ctypes.byref(img), err, ERR_MAX):
                 out = {"name": img.name.decode(), "tag": img.tag.decode()}
+        elif option == "checkpoint":
+            path = ctypes.create_string_buffer(VALUE_MAX + 1)
+            if not self.lib.hetero_parse_checkpoint(v, path, err, ERR_MAX):
+                out = {"path": path.value.decode()}
+        elif option == "migratable":
+            if not self.lib.hetero_check_migratable(v, err, ERR_MAX):
+                out = {}
         else:
             raise ValueError(option)
         return out, "" if out is not None else err.value.decode("ascii", "replace")

@@ -169,6 +169,47 @@ def test_srun_options_from_spank_job_env(js: JobSubmit) -> None:
     assert rc == 0 and desc["tres_per_node"] == "gres:npu:910b:2" and desc["qos"] == "silver"
 
 
+# ---- checkpointed jobs: requeued, the folder and the flag recorded ----------------------
+
+@pytest.mark.parametrize("srun", [False, True])
+def test_checkpoint_requeues_and_is_recorded(js: JobSubmit, srun: bool) -> None:
+    rc, desc = js.submit({"checkpoint": "/shared/ckpt/run1", "tier": "gold"}, srun=srun)
+    assert rc == 0 and desc["requeue"] == 1 and desc["qos"] == "gold"
+    d = decision(desc)
+    assert d["checkpoint"] == "/shared/ckpt/run1" and "migratable" not in d
+
+
+@pytest.mark.parametrize(("flag", "srun"), [("", False), ("(null)", True)])
+def test_migratable_as_slurm_carries_the_flag(js: JobSubmit, flag: str, srun: bool) -> None:
+    # sbatch's environment holds "" for a flag, the SPANK job environment "(null)".
+    rc, desc = js.submit({"checkpoint": "/ckpt/a", "migratable": flag}, srun=srun)
+    assert rc == 0 and desc["requeue"] == 1
+    assert decision(desc) == {"hetero": 1, "checkpoint": "/ckpt/a", "migratable": True}
+
+
+def test_checkpoint_folder_is_data_in_the_record(js: JobSubmit) -> None:
+    path = '/a"b\\c,"hetero":2}'
+    rc, desc = js.submit({"checkpoint": path})
+    assert rc == 0 and decision(desc)["checkpoint"] == path and decision(desc)["hetero"] == 1
+
+
+@pytest.mark.parametrize(("opts", "message"), [
+    ({"migratable": ""}, "hetero: --migratable needs --checkpoint=DIR: give both options"),
+    ({"migratable": "(null)", "accel": "any:2"}, "hetero: --migratable needs --checkpoint=DIR: give both options"),
+    ({"migratable": "yes", "checkpoint": "/c"}, "hetero: --migratable=yes: a flag takes no value"),
+    ({"checkpoint": "ckpt/run1"}, "hetero: --checkpoint=ckpt/run1: use an absolute path (e.g. /shared/ckpt/run1)"),
+    ({"checkpoint": "/a/../b"}, "hetero: --checkpoint=/a/../b: '..' components are not allowed; use an "
+     "absolute path (e.g. /shared/ckpt/run1)"),
+    ({"checkpoint": "/a b"}, "hetero: --checkpoint=/a b: empty, too long or not printable ASCII"),
+    ({"checkpoint": "/" + "a" * 256}, "hetero: --checkpoint=/" + "a" * 63 + "...: empty, too long or not "
+     "printable ASCII"),
+])
+def test_checkpoint_rejections(js: JobSubmit, opts: dict[str, str], message: str) -> None:
+    rc, desc = js.submit(opts)
+    assert rc == -1 and js.user_lines() == [message]
+    assert "requeue" not in desc and "admin_comment" not in desc
+
+
 @pytest.mark.parametrize("fields", [
     {"tres_per_node": "gres:gpu:a100-80gb:1", "partition": "gpu"},
     {"features": "aarch64", "qos": "gold"},

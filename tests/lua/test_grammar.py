@@ -78,7 +78,10 @@ def test_case_file_errors_name_the_line(text: str, error: str) -> None:
 
 def _submit(js: JobSubmit, case: G.Case) -> tuple[int, dict[str, object]]:
     js.logs.clear()
-    env = js.lua.table_from({f"_SLURM_SPANK_OPTION_hetero_{case.option}": case.value})
+    opts = {f"_SLURM_SPANK_OPTION_hetero_{case.option}": case.value}
+    if case.option == "migratable":  # valid only with --checkpoint: the case is its value
+        opts["_SLURM_SPANK_OPTION_hetero_checkpoint"] = b"/shared/ckpt"
+    env = js.lua.table_from(opts)
     desc = js.lua.table_from({"environment": env, "script": "#!/bin/sh\ntrue\n"})
     rc = int(js.lua.globals().slurm_job_submit(desc, js.lua.table(), 0))
     return rc, {k: v for k, v in dict(desc).items() if k != "environment"}

@@ -114,3 +114,27 @@ def test_shell_protocol(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None
     r = runner.invoke(checkpoint, ["commit", d, tmp])
     assert r.exit_code == 3, r.output
     assert runner.invoke(checkpoint, ["latest", d]).output.strip().endswith("ckpt-00000000-00000001")
+
+
+def test_folder_from_the_jobs_checkpoint_option(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without FOLDER the commands use $SLURM_HETERO_CHECKPOINT (sbatch --checkpoint=DIR)."""
+    runner = CliRunner()
+    monkeypatch.setenv("SLURM_RESTART_COUNT", "0")
+    monkeypatch.delenv("SLURM_HETERO_CHECKPOINT", raising=False)
+    r = runner.invoke(checkpoint, ["begin"])
+    assert r.exit_code == 2 and "SLURM_HETERO_CHECKPOINT is not set" in r.output
+    d = tmp_path / "job"
+    monkeypatch.setenv("SLURM_HETERO_CHECKPOINT", str(d))
+    r = runner.invoke(checkpoint, ["begin"])
+    assert r.exit_code == 0, r.output
+    env = dict(line.removeprefix("export ").split("=", 1) for line in r.output.splitlines())
+    monkeypatch.setenv("HETERO_CKPT_EPOCH", env["HETERO_CKPT_EPOCH"])
+    tmp = runner.invoke(checkpoint, ["temp"]).output.strip()
+    assert Path(tmp).parent == d
+    Path(tmp).write_text("one")
+    r = runner.invoke(checkpoint, ["commit", tmp])
+    assert r.exit_code == 0, r.output
+    assert runner.invoke(checkpoint, ["latest"]).output.strip() == r.output.strip()
+    other = tmp_path / "given"  # a FOLDER on the command line wins over the variable
+    assert runner.invoke(checkpoint, ["latest", str(other)]).output.strip() == ""
+    assert runner.invoke(checkpoint, ["commit", "a", "b", "c"]).exit_code == 2

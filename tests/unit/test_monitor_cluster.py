@@ -19,6 +19,7 @@ from slurm_hetero.monitor.cluster import (
     ClusterExporter,
     QueueEntry,
     SiteView,
+    lost_device_seconds,
     node_state,
     parse_queue,
     policy_energy,
@@ -29,6 +30,7 @@ from slurm_hetero.monitor.cluster import (
 from slurm_hetero.site import Site, load_site
 from slurm_hetero.site.pools import pools
 from slurm_hetero.slurm.commands import sinfo_nodes_argv
+from slurm_hetero.slurm.events import parse_events
 from slurm_hetero.slurm.parse import parse_sinfo_nodes
 from slurm_hetero.slurm.runner import Runner
 from slurm_hetero.slurm.squeue import SQUEUE_JSON_ARGV, parse_job, parse_squeue_json
@@ -47,9 +49,9 @@ def site() -> Site:
 class CapturedSlurm(Runner):
     """Answers squeue --json and sinfo from captured output; counts what was run."""
 
-    def __init__(self, squeue: str = SQUEUE, sinfo: str = SINFO, sacct: str = "") -> None:
+    def __init__(self, squeue: str = SQUEUE, sinfo: str = SINFO, sacct: str = "", sacctmgr: str = "") -> None:
         super().__init__()
-        self.answers = {"squeue": squeue, "sinfo": sinfo, "sacct": sacct}
+        self.answers = {"squeue": squeue, "sinfo": sinfo, "sacct": sacct, "sacctmgr": sacctmgr}
         self.argvs: list[list[str]] = []
 
     def run(self, argv: Sequence[str], *, check: bool = True, timeout: float | None = None,
@@ -205,3 +207,27 @@ def test_energy_per_policy_from_sacct(site: Site) -> None:
         {"efficiency": 150.5, "balanced": 10.0}
     sacct = [a for a in slurm.argvs if a[0] == "sacct"]
     assert len(sacct) == 2 and "-S" in sacct[0] and "-a" in sacct[0]
+
+
+def test_pool_devices_lost_to_drained_and_down_nodes(site: Site) -> None:
+    """Captured `sacctmgr show event` (h100-01 drained 108 s, npu-02 drained and still open,
+    cpu-arm-01 down 11 s): device-seconds per pool; the CPU node and the cluster row cost
+    no devices; an open event lasts until now."""
+    events = (CAPTURED / "sacctmgr-event-22.05.txt").read_text()
+    now = 1796166442 + 100
+    lost = lost_device_seconds(SiteView.of(site), parse_events(events), {}, now - 86400, now, now)
+    assert lost == {"h100@any": 8 * (1796166440 - 1796166332), "ascend-910b@any": 8 * 100}
+    slurm = CapturedSlurm(sacctmgr=events)
+    exp = ClusterExporter(site, slurm, None, sacct_every=1, sacct_delay_s=0, clock=lambda: now)
+    exp.round()  # sinfo first: the arch of each node comes from its features
+    m = {lb["pool"]: v for lb, v in scrape(exp)["hetero_pool_lost_device_seconds"]}
+    assert m["h100@x86_64"] == 8 * 108 and m["ascend-910b@aarch64"] == 800 and m["a100-80gb@x86_64"] == 0
+    assert any(a[:6] == ["sacctmgr", "-i", "-n", "-P", "show", "event"] for a in slurm.argvs)
+
+
+@pytest.mark.parametrize(("state", "usable"), [("maint", False), ("reserved", True), ("drained", False)])
+def test_maintenance_nodes_are_not_usable(site: Site, state: str, usable: bool) -> None:
+    nodes = parse_sinfo_nodes("h100-01|" + state + "|96|1024000|gpu:h100:8|x86_64,nvidia|gpu|none\n")
+    r = summarize(SiteView.of(site), [], nodes, 0.0)
+    assert r.devices[("h100@x86_64", "usable")] == (8 if usable else 0)
+    assert r.devices[("h100@x86_64", "total")] == 8
