@@ -20,7 +20,7 @@ from slurm_hetero.devcluster import Cluster
 from slurm_hetero.errors import RuntimeFailure
 from slurm_hetero.reports import Period, sacct_report, write_html
 from slurm_hetero.site import Site, load_site
-from slurm_hetero.slurm.commands import cancel_argv
+from slurm_hetero.slurm.commands import cancel_argv, sbatch_wrap_argv
 from slurm_hetero.slurm.comment import parse_comment
 from slurm_hetero.slurm.jobs import sacct_jobs, submit, wait_done
 from slurm_hetero.slurm.parse import parse_tres
@@ -148,7 +148,7 @@ def run_demo(site_path: Path, workdir: Path, console: Console) -> int:
     finally:
         runner.run(cancel_argv([filler]), check=False)
     console.print(table)
-    r = runner.run(["sbatch", *TYPO, "--wrap", "true"], check=False)
+    r = runner.run(sbatch_wrap_argv(TYPO, "true"), check=False)
     console.print(f"3. a typo is rejected before it queues: [bold]sbatch {' '.join(TYPO)}[/bold] "
                   f"(exit {r.returncode})")
     console.print("\n".join(f"   {ln}" for ln in r.stderr.strip().splitlines()), markup=False)

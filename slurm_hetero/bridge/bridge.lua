@@ -256,23 +256,45 @@ local function parse_accel(value)
     return req
 end
 
+-- Each option's value: the job's environment first (sbatch), else the SPANK job environment
+-- (srun, salloc; sbatch too), which is read in one pass and only when an option is missing
+-- from the environment. nil when no option is given.
 local function read_options(job_desc)
-    local opts, seen = {}, false
+    local opts, seen, spank = {}, false, nil
     local env = job_desc.environment
-    local senv = job_desc.spank_job_env
     for _, name in ipairs(OPTION_NAMES) do
-        local key = OPTION_PREFIX .. name
-        local v = env and env[key]
-        if v == nil and senv then  -- srun/salloc carry options in the SPANK job env
-            for _, kv in pairs(senv) do  -- slurmctld fills it from index 0: not ipairs
-                if string.sub(kv, 1, #key + 1) == key .. "=" then v = string.sub(kv, #key + 2) end
+        local v = env and env[OPTION_PREFIX .. name]
+        if v == nil then
+            if spank == nil then
+                spank = {}
+                local senv = job_desc.spank_job_env
+                if senv then
+                    for _, kv in pairs(senv) do  -- slurmctld fills it from index 0: not ipairs
+                        local k, val = string.match(kv, "^_SLURM_SPANK_OPTION_hetero_([%w_]+)=(.*)$")
+                        if k then spank[k] = val end
+                    end
+                end
             end
+            v = spank[name]
         end
         if v ~= nil then
             opts[name], seen = v, true
         end
     end
     return seen and opts or nil
+end
+
+-- job_desc as the bridge reads it: every field fetched from slurmctld at most once per job
+-- (each read of the real job_desc is a C call that looks the name up among ~130 fields and
+-- copies the value, and `environment` builds a new table each time). Read only.
+local function reader(job_desc)
+    local got, none = {}, {}
+    return setmetatable(got, { __index = function(_, k)
+        if none[k] then return nil end
+        local v = job_desc[k]
+        if v == nil then none[k] = true else got[k] = v end
+        return v
+    end })
 end
 
 -- ---- capacity snapshot ---------------------------------------------------------------
@@ -479,7 +501,7 @@ local function json_string(s)
     return '"' .. string.gsub(s, '[%c"\\]', function(c) return string.format("\\u%04x", string.byte(c)) end) .. '"'
 end
 
--- ---- containers (issue 6): --image=NAME[:TAG] → the job's OCI bundle ------------------
+-- ---- containers: --image=NAME[:TAG] → the job's OCI bundle ------------------
 -- Slurm gets a stub bundle per image; the wrapper in oci.conf runs the variant for the
 -- node's arch and stack. Here: the image exists and has a variant for the arch and stack
 -- the job asks for; when only one arch fits, the job is narrowed to it. Mount requests
@@ -654,7 +676,7 @@ local function decide(job_desc, opts, now)
     if energy and gpu_job and ENERGY[energy].gpu_freq then
         set.tres_freq = "gpu:" .. ENERGY[energy].gpu_freq
     end
-    if opts.image or (job_desc.container and next(IMAGES)) then  -- containers (issue 6)
+    if opts.image or (job_desc.container and next(IMAGES)) then  -- containers
         local c, cerr = container_for(job_desc, opts.image, arch, set.tres_per_node or job_desc.tres_per_node)
         if c == nil then return nil, cerr end
         set.container, arch = c.path, c.arch
@@ -739,31 +761,34 @@ local function add_prediction(job_desc, set, now)
     set.admin_comment = string.sub(comment, 1, -2) .. "," .. pred .. "}"
 end
 
+-- A plain GRES request without a partition: the partitions that have that GRES (nil: none).
 local function route_plain(job_desc)
-    if job_desc.partition ~= nil or job_desc.tres_per_node == nil then return end
+    if job_desc.partition ~= nil or job_desc.tres_per_node == nil then return nil end
     for item in string.gmatch(job_desc.tres_per_node, "[^,]+") do
         local name = string.match(item, "^gres[:/]([%w_-]+)")
-        if name ~= nil and GRES_PARTITIONS[name] ~= nil then
-            job_desc.partition = GRES_PARTITIONS[name]
-            return
-        end
+        if name ~= nil and GRES_PARTITIONS[name] ~= nil then return GRES_PARTITIONS[name] end
     end
+    return nil
 end
 
 function slurm_job_submit(job_desc, part_list, submit_uid)
+    local jd = reader(job_desc)
     local ok, set, err = pcall(function()
-        local opts = read_options(job_desc)
-        -- A plain --gres request is routed with hetero options too (e.g. --image with --gres=npu:1).
-        route_plain(job_desc)
+        local opts = read_options(jd)
+        -- A plain --gres request is routed with hetero options too (e.g. --image with --gres=npu:1):
+        -- the rest of the decision sees the routed partition, which is applied with it.
+        local routed = route_plain(jd)
+        if routed then jd.partition = routed end  -- jd has no __newindex: a plain write
         local now = os.time()
         local set, err
         if opts == nil then
-            set, err = plain_container(job_desc)  -- containers (issue 6)
+            set, err = plain_container(jd)  -- containers
         else
-            set, err = decide(job_desc, opts, now)
+            set, err = decide(jd, opts, now)
         end
+        if set ~= nil and routed and set.partition == nil then set.partition = routed end
         if set ~= nil and MODEL ~= nil then
-            local pok, perr = pcall(add_prediction, job_desc, set, now)
+            local pok, perr = pcall(add_prediction, jd, set, now)
             if not pok then  -- a failed prediction must not undo the rest of the decision
                 slurm.log_error("slurm-hetero: runtime prediction failed: %s", tostring(perr))
             end

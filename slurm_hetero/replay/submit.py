@@ -22,7 +22,7 @@ from pathlib import Path
 from slurm_hetero.errors import RuntimeFailure
 from slurm_hetero.replay.clockmap import ClockMap
 from slurm_hetero.replay.window import ReplayJob
-from slurm_hetero.slurm.commands import release_argv, squeue_states_argv
+from slurm_hetero.slurm.commands import release_argv, sbatch_script_argv, squeue_states_argv
 from slurm_hetero.slurm.runner import Runner
 
 BODY = ("#!/bin/sh\n# slurm-hetero replay: a trace job's body, its runtime on the cluster's clock\n"
@@ -50,8 +50,7 @@ def sbatch_argv(job: ReplayJob, req: Request, script: Path, workdir: Path) -> li
     >>> sbatch_argv(ReplayJob("8", 0, 60, None, 1, 2, "3", True), Request(True), Path("/j"), Path("/w"))[5:8]
     ['--arch=any', '--accel=any:2', '--output=/dev/null']
     """
-    argv = ["sbatch", "--parsable", f"--job-name=r{job.trace_id}", f"--account={job.account}",
-            f"--ntasks={job.cpus}"]
+    argv = [f"--job-name=r{job.trace_id}", f"--account={job.account}", f"--ntasks={job.cpus}"]
     if req.as_users:
         argv.append(f"--uid={job.account}")
     if job.limit_min is not None:
@@ -65,7 +64,8 @@ def sbatch_argv(job: ReplayJob, req: Request, script: Path, workdir: Path) -> li
         argv.append(f"--gres={req.accel_gres}:{job.accel}")
         if req.accel_partition:
             argv.append(f"--partition={req.accel_partition}")
-    return [*argv, "--output=/dev/null", f"--chdir={workdir}", str(script), str(job.runtime_s)]
+    return sbatch_script_argv([*argv, "--output=/dev/null", f"--chdir={workdir}"], str(script),
+                              [str(job.runtime_s)])
 
 
 def parse_job_id(out: str) -> str:

@@ -28,6 +28,7 @@ from slurm_hetero.slurm.parse import parse_duration_s, parse_tres
 from slurm_hetero.slurm.runner import Runner
 from slurm_hetero.slurm.sacct import Chunk, SacctDays, accounting_identity, parse_when, read_sacct
 
+
 def parse_limit_s(text: str | None) -> float | None:
     """A partition's DefaultTime/MaxTime (`1:00:00`, `2-00:00:00`) in seconds; None for
     UNLIMITED or unreadable."""

@@ -47,6 +47,7 @@ from slurm_hetero.site.limits import (
 from slurm_hetero.site.model import AccelGroup, Billing, NodeAgent, NodeGroup, Partition, Site
 from slurm_hetero.site.names import ARCH_ALIASES, ARCH_ALLOWED, near
 from slurm_hetero.site.policies import DEFAULT_POLICIES, AutoRule, EnergyPolicy, parse_power_cap
+from slurm_hetero.site.power import load_power
 from slurm_hetero.site.safeyaml import (
     IMPLICIT_TAGS,
     TAG_HINT,
@@ -555,6 +556,7 @@ def load_site_text(text: str, source: str = "<site>", path: Path | None = None) 
     node_agent = b.node_agent()
     images, containers, groups = load_containers(data, groups, b.err)  # containers
     slurm = load_slurm(data, groups, partitions, b.err)  # the existing installation
+    power = load_power(data, groups, partitions, b.err)  # power saving (site/power.py)
     if b.problems:
         raise SiteError(source, [p.format(source, positions) for p in b.problems])
     billing = Billing(**(data.get("billing") or {}))
@@ -562,7 +564,7 @@ def load_site_text(text: str, source: str = "<site>", path: Path | None = None) 
                 catalog=models, normalization=norm, node_groups=groups, partitions=partitions,
                 qos=qos, default_qos=default_qos, billing=billing, energy_policies=policies,
                 energy_auto=auto, node_agent=node_agent,
-                images=images, containers=containers, slurm=slurm)
+                images=images, containers=containers, slurm=slurm, power=power)
 
 
 def decode_site_bytes(raw: bytes, source: str) -> str:

@@ -120,3 +120,53 @@ def admin_level_argv(user: str) -> list[str]:
     if not re.fullmatch(r"[A-Za-z0-9_.][A-Za-z0-9_.-]{0,63}", user):
         raise ValueError(f"not a user name: {user!r}")
     return sacctmgr_argv("-n", "-P", "show", "user", user, "format=AdminLevel")
+
+
+def sbatch_wrap_argv(options: Sequence[str], wrap: str) -> list[str]:
+    """sbatch --parsable OPTIONS --wrap WRAP (the wrap is one argument: sbatch runs it with sh)."""
+    return ["sbatch", "--parsable", *options, "--wrap", wrap]
+
+
+def sbatch_script_argv(options: Sequence[str], script: str, args: Sequence[str] = ()) -> list[str]:
+    """sbatch --parsable OPTIONS SCRIPT ARGS..."""
+    return ["sbatch", "--parsable", *options, script, *args]
+
+
+# ---- power saving (slurm_hetero.power) -------------------------------------------------------
+# Node names must look like node names: a name from slurmctld's argv or the site file can never
+# become an option (`-...`) or a second key (`a state=down`) of the command.
+_NODE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}")
+POWER_STATES = ("power_up", "power_down")
+
+
+def node_names(names: Iterable[str]) -> list[str]:
+    """names, each checked to be a plain node name."""
+    out = list(names)
+    bad = [n for n in out if not _NODE_NAME.fullmatch(n)]
+    if bad:
+        raise ValueError(f"not a node name: {bad[0]!r}")
+    return out
+
+
+def nodes_oneliner_argv() -> list[str]:
+    """Every node, one line each (`scontrol -o show node`: State, CPUAlloc, LastBusyTime, ...)."""
+    return ["scontrol", "-o", "show", "node"]
+
+
+def reservations_oneliner_argv() -> list[str]:
+    """Every reservation, one line each (Nodes, StartTime, EndTime, State)."""
+    return ["scontrol", "-o", "show", "reservation"]
+
+
+def busy_nodes_argv() -> list[str]:
+    """The node lists of jobs holding nodes (running, suspended, completing, configuring)."""
+    return ["squeue", "-h", "-t", "R,S,CG,CF", "-o", "%N"]
+
+
+def node_power_argv(names: Sequence[str], state: str) -> list[str]:
+    """`scontrol update nodename=A,B state=power_up|power_down` (one RPC for all)."""
+    if state not in POWER_STATES:
+        raise ValueError(f"not a power state: {state!r}")
+    if not names:
+        raise ValueError("no nodes")
+    return ["scontrol", "update", f"nodename={','.join(node_names(names))}", f"state={state}"]

@@ -6,6 +6,7 @@ import time
 from collections.abc import Sequence
 
 from slurm_hetero.errors import RuntimeFailure
+from slurm_hetero.slurm.commands import sbatch_wrap_argv
 from slurm_hetero.slurm.parse import SACCT_DELIMITER, parse_sacct
 from slurm_hetero.slurm.runner import Runner
 
@@ -15,7 +16,7 @@ SACCT_FIELDS = ["JobID", "JobName", "Partition", "NodeList", "State", "ExitCode"
 
 def submit(runner: Runner, options: Sequence[str], wrap: str) -> int:
     """sbatch OPTIONS --wrap WRAP; returns the job id."""
-    out = runner.out(["sbatch", "--parsable", *options, "--wrap", wrap]).strip()
+    out = runner.out(sbatch_wrap_argv(options, wrap)).strip()
     return int(out.split(";")[0])
 
 
