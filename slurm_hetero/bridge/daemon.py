@@ -7,7 +7,9 @@ Every round (a few seconds) it
    quantile (backfill mode), before they run out: doubling, finally the user's own limit —
    so no job is ever killed before the limit its user asked for;
 3. sets SiteFactor on pending jobs: shorter predicted runtime → higher, with aging so that
-   nothing starves (formula in `site_factor`).
+   nothing starves (formula in `site_factor`);
+4. where the site enables `migration.pending`, moves pending --accel jobs whose own pool
+   cannot start them to another pool of their request that can (bridge/migrate.py).
 On start it does step 2 first (jobs may have come close to a shortened limit while it was
 down). SIGTERM stops it cleanly; a slurmctld that does not answer costs a round, not the
 daemon.
@@ -23,12 +25,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from slurm_hetero.bridge.snapshot import Forecast, take_snapshot
+from slurm_hetero.bridge.migrate import Move, Planner
+from slurm_hetero.bridge.snapshot import Forecast, PoolCapacity, take_snapshot
 from slurm_hetero.errors import RuntimeFailure
+from slurm_hetero.power.keeper import Keeper
 from slurm_hetero.site.model import Site
 from slurm_hetero.slurm.comment import parse_comment
 from slurm_hetero.slurm.runner import Runner
-from slurm_hetero.slurm.scontrol import update_job_argv
+from slurm_hetero.slurm.scontrol import admin_comment_argv, move_job_argv, update_job_argv
 from slurm_hetero.slurm.squeue import SQUEUE_JSON_ARGV, QueuedJob, parse_squeue_json
 
 Log = Callable[[str], None]
@@ -119,6 +123,9 @@ class BridgeDaemon:
         self.forecaster = forecaster
         self.forecast: Forecast = {}
         self.forecast_t = -math.inf
+        # Power saving (site power:): the keeper wakes and sleeps nodes from the forecast.
+        self.keeper = Keeper(site, runner, log=log) if site.power.enabled else None
+        self.planner = Planner(site) if site.migration.pending else None
 
     def queue(self) -> list[QueuedJob]:
         """Every job (one `squeue --json`); malformed entries are logged and skipped."""
@@ -187,13 +194,33 @@ class BridgeDaemon:
         except Exception as e:  # a forecast is advice: the heartbeat goes on without it
             self.log(f"forecast skipped: {type(e).__name__}: {e}")
 
+    def move_pending(self, queue: list[QueuedJob], caps: dict[str, PoolCapacity]) -> list[Move]:
+        """Apply this round's moves; a move Slurm refuses is logged and costs only itself."""
+        if self.planner is None:
+            return []
+        done = []
+        for m in self.planner.plan(queue, caps, time.time()):
+            try:
+                self.runner.run(move_job_argv(m.job_id, m.tres_per_node, m.partition, m.features))
+            except (RuntimeFailure, ValueError) as e:  # it may have started meanwhile
+                self.log(f"job {m.job_id}: not moved to {m.to_pool}: {e}")
+                continue
+            # The record follows the job; if this fails the job still runs where it now is.
+            self.runner.run(admin_comment_argv(m.job_id, m.comment), check=False)
+            self.log(f"job {m.job_id}: moved {m.from_pool} -> {m.to_pool} ({m.tres_per_node}): {m.why}")
+            done.append(m)
+        return done
+
     def round(self) -> None:
         queue = self.queue()
         self.refresh_forecast()
-        take_snapshot(self.site, self.runner, self.snapshot, queue, self.forecast)
+        caps = take_snapshot(self.site, self.runner, self.snapshot, queue, self.forecast)
         jobs = self.jobs(queue)
         self.extend_limits(jobs)
         self.set_factors(jobs)
+        if self.keeper is not None:
+            self.keeper.round(self.forecast)  # throttles itself (once a minute), never raises
+        self.move_pending(queue, caps)
 
     def run(self, rounds: int | None = None) -> None:
         signal.signal(signal.SIGTERM, lambda *_: setattr(self, "stopping", True))

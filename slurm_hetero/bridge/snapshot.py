@@ -26,6 +26,7 @@ from slurm_hetero.slurm.squeue import SQUEUE_JSON_ARGV, QueuedJob, parse_squeue_
 _UNAVAILABLE = ("drain", "down", "fail", "maint", "reserved", "unknown", "not_responding",
                 "future", "power")
 ARCHES = ("x86_64", "aarch64")
+_FEATURE_WORD = re.compile(r"[A-Za-z0-9_.-]+")
 
 
 @dataclass
@@ -68,6 +69,9 @@ def build_snapshot(site: Site, sinfo_text: str, jobs: Iterable[QueuedJob]) -> di
             continue
         tres, features, nodes = job.tres_per_node, job.features, max(1, job.node_count)
         arches = [a for a in ARCHES if a in features] or list(ARCHES)
+        # An untyped request pinned to a model by its node feature (the bridge's movable
+        # jobs) counts in that model's pool only.
+        pinned = set(_FEATURE_WORD.findall(features)) & set(model_of.values())
         for item in tres.split(","):
             parts = item.replace("gres/", "gres:").split(":")
             if len(parts) < 3 or parts[0] != "gres" or not parts[-1].isdigit():
@@ -75,7 +79,7 @@ def build_snapshot(site: Site, sinfo_text: str, jobs: Iterable[QueuedJob]) -> di
             name, count = parts[1], int(parts[-1]) * nodes
             gtype = parts[2] if len(parts) == 4 else ""
             for (gname, t), mid in model_of.items():
-                if gname == name and gtype in ("", t):
+                if gname == name and gtype in ("", t) and (gtype or not pinned or mid in pinned):
                     for arch in arches:
                         if f"{mid}@{arch}" in caps:
                             caps[f"{mid}@{arch}"].pending += count

@@ -63,6 +63,36 @@ def update_job_argv(job_id: str | int, **fields: str | int) -> list[str]:
     return argv
 
 
+# A feature expression the project writes back (arch names joined to the user's own
+# constraint): names, counts and Slurm's operators, nothing else.
+_FEATURES = re.compile(r"[A-Za-z0-9_.,&|()\[\]*-]{1,1024}")
+MAX_ADMIN_COMMENT = 65_536
+
+
+def move_job_argv(job_id: str | int, tres_per_node: str, partition: str, features: str) -> list[str]:
+    """`scontrol update` of a pending job's GRES, partition and features: the bridge daemon
+    moving it to another pool.
+
+    >>> move_job_argv(7, "gres:gpu:2", "gpu", "(ib)&x86_64&a100-80gb")[3:]
+    ['TresPerNode=gres:gpu:2', 'Partition=gpu', 'Features=(ib)&x86_64&a100-80gb']
+    """
+    if not _FEATURES.fullmatch(features):
+        raise ValueError(f"features {features[:40]!r}: not a plain feature expression")
+    return [*update_job_argv(job_id, TresPerNode=tres_per_node, Partition=partition), f"Features={features}"]
+
+
+def admin_comment_argv(job_id: str | int, text: str) -> list[str]:
+    """`scontrol update JobId=N AdminComment=TEXT`: one argv entry (scontrol splits a
+    word at its first `=` only), so any JSON is data; no line breaks or NULs.
+
+    >>> admin_comment_argv(7, '{"hetero":1, "a":"b c"}')[3]
+    'AdminComment={"hetero":1, "a":"b c"}'
+    """
+    if "\n" in text or "\0" in text or "\r" in text or len(text) > MAX_ADMIN_COMMENT:
+        raise ValueError("admin comment with a line break, a NUL or over 64 KiB")
+    return ["scontrol", "update", f"JobId={_job(job_id)}", f"AdminComment={text}"]
+
+
 def listpids_argv(job_id: str | int, node: str) -> list[str]:
     """`scontrol listpids JOB NODE`: exit 0 while a slurmstepd of the job runs on NODE."""
     if not re.fullmatch(r"[A-Za-z0-9._-]{1,128}", node):

@@ -34,6 +34,7 @@ class QueuedJob:
     tres_per_node: str = ""
     features: str = ""
     node_count: int = 1
+    reason: str = ""  # why a pending job waits (Resources, Priority, JobHeldUser, Dependency, ...)
 
 
 def _number(v: Any) -> float | None:
@@ -79,7 +80,8 @@ def parse_job(j: Any) -> QueuedJob:
         admin_comment=_text(j.get("admin_comment")),
         gres_detail=tuple(g for g in gres if isinstance(g, str)) if isinstance(gres, list) else (),
         nodes=_text(j.get("nodes")), tres_per_node=_text(j.get("tres_per_node")),
-        features=_text(j.get("features")), node_count=int(_number(j.get("node_count")) or 1))
+        features=_text(j.get("features")), node_count=int(_number(j.get("node_count")) or 1),
+        reason=_text(j.get("state_reason")))
 
 
 def parse_squeue_json(text: str) -> tuple[list[QueuedJob], list[str]]:

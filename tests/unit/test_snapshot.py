@@ -45,6 +45,12 @@ def test_pending_counts_per_arch_and_node(site: Site) -> None:
     assert "return { generated_at = 7, pools = {" in to_lua(caps, 7.0)
 
 
+def test_an_untyped_request_pinned_by_model_feature_counts_in_that_pool_only(site: Site) -> None:
+    caps = build_snapshot(site, "", [pending("gres:gpu:2", "(ib)&x86_64&a100-80gb")])
+    assert caps["a100-80gb@x86_64"].pending == 2
+    assert caps["v100@x86_64"].pending == caps["h100@x86_64"].pending == 0
+
+
 def test_forecast_travels_in_the_snapshot_and_lua_still_reads_it(site: Site, tmp_path: Path) -> None:
     import lupa.lua51 as lupa
 

@@ -1,0 +1,156 @@
+"""Moving pending jobs between the pools of their request: the bridge's record (Lua) and the
+daemon's planner (pure), on the demo site."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from slurm_hetero.bridge.luarun import JobSubmit
+from slurm_hetero.bridge.migrate import Planner, parse_cands
+from slurm_hetero.bridge.snapshot import PoolCapacity
+from slurm_hetero.conf import Profile, render_site
+from slurm_hetero.site import Site, load_site, load_site_text
+from slurm_hetero.site.load import SiteError
+from slurm_hetero.site.model import MigrationSettings
+from slurm_hetero.site.pools import pools
+from slurm_hetero.slurm.squeue import QueuedJob
+
+DEMO = Path(__file__).resolve().parents[2] / "site" / "demo" / "site.yaml"
+NOW = 1_000_000.0
+ON = MigrationSettings(pending=True, pending_after_s=60, max_moves=2)
+
+
+@pytest.fixture(scope="module")
+def site() -> Site:
+    return load_site(DEMO)
+
+
+def idle(site: Site, **busy: int) -> dict[str, PoolCapacity]:
+    """Every pool idle except model=free devices (one node's worth at most on a node)."""
+    caps = {}
+    for p in pools(site):
+        f = busy.get(p.model.replace("-", "_"), p.devices)
+        caps[p.key] = PoolCapacity(total=p.devices, free=f, free_max_node=min(f, p.per_node))
+    return caps
+
+
+def job(record: dict[str, Any] | str, jid: int = 7, reason: str = "Resources", submitted: float = NOW - 600,
+        features: str = "x86_64&v100", tres: str = "gres:gpu:2", partition: str = "gpu",
+        nodes: int = 1) -> QueuedJob:
+    text = record if isinstance(record, str) else json.dumps(record)
+    return QueuedJob(job_id=jid, state="PENDING", user="u", name="n", partition=partition,
+                     time_limit_min=60, submit_time=submitted, start_time=None, admin_comment=text,
+                     gres_detail=(), nodes="", tres_per_node=tres, features=features,
+                     node_count=nodes, reason=reason)
+
+
+NVIDIA2 = {"hetero": 1, "accel": "nvidia:2", "pool": "v100@x86_64", "model": "v100", "n": 2,
+           "cands": "v100@x86_64:2,a100-80gb@x86_64:2,h100@x86_64:2", "movable": True}
+
+
+def test_the_bridge_records_every_pool_of_the_request(site: Site, tmp_path: Path) -> None:
+    js = JobSubmit(render_site(site, Profile(state_dir=str(tmp_path)))["job_submit.lua"])
+    rc, desc = js.submit({"accel": "nvidia:2"})
+    assert rc == 0
+    rec = json.loads(desc["admin_comment"])
+    assert parse_cands(rec["cands"]) == [("v100@x86_64", 2), ("a100-80gb@x86_64", 2), ("h100@x86_64", 2)]
+    assert rec["candidates"] == 3 and rec["pool"] == "v100@x86_64"
+    rc, desc = js.submit({"accel": "units=2"})  # n per model: 2 units = 3 910Bs, 2 A100s, 1 H100
+    cands = parse_cands(json.loads(desc["admin_comment"])["cands"])
+    assert cands == [("ascend-910b@aarch64", 3), ("a100-80gb@x86_64", 2), ("h100@x86_64", 1),
+                     ("gh200@aarch64", 1)]  # 5 V100s do not fit a 4-GPU node
+
+
+def test_moves_a_job_whose_pool_is_full_to_the_cheapest_pool_with_room(site: Site) -> None:
+    moves = Planner(site, ON).plan([job(NVIDIA2)], idle(site, v100=0), NOW)
+    assert len(moves) == 1
+    m = moves[0]
+    assert (m.from_pool, m.to_pool, m.tres_per_node, m.partition, m.features) == \
+        ("v100@x86_64", "a100-80gb@x86_64", "gres:gpu:2", "gpu", "x86_64&a100-80gb")
+    rec = json.loads(m.comment)
+    assert rec["pool"] == "a100-80gb@x86_64" and rec["model"] == "a100-80gb" and rec["moves"] == 1
+    assert rec["moved_from"] == "v100@x86_64" and rec["moved_at"] == int(NOW)
+    assert rec["accel"] == "nvidia:2" and rec["cands"] == NVIDIA2["cands"]  # the rest is kept
+    # 24.11 spells GRES requests gres/...: the move keeps the job's own spelling.
+    m2 = Planner(site, ON).plan([job(NVIDIA2, tres="gres/gpu:2")], idle(site, v100=0), NOW)[0]
+    assert m2.tres_per_node == "gres/gpu:2"
+
+
+@pytest.mark.parametrize(("why", "j", "caps_busy"), [
+    ("its own pool has room", job(NVIDIA2), {}),
+    ("held by its user", job(NVIDIA2, reason="JobHeldUser"), {"v100": 0}),
+    ("waits for a dependency", job(NVIDIA2, reason="Dependency"), {"v100": 0}),
+    ("waited less than pending_after", job(NVIDIA2, submitted=NOW - 30), {"v100": 0}),
+    ("moved recently", job({**NVIDIA2, "moves": 1, "moved_at": NOW - 10}), {"v100": 0}),
+    ("moved max_moves times", job({**NVIDIA2, "moves": 2, "moved_at": NOW - 999}), {"v100": 0}),
+    ("not the bridge's record", job({**NVIDIA2, "hetero": 0}), {"v100": 0}),
+    ("placed with a typed GRES (not movable)", job({**NVIDIA2, "movable": False}), {"v100": 0}),
+    ("a constraint not in the bridge's shape", job(NVIDIA2, features="ib&x86_64&v100"), {"v100": 0}),
+    ("a comment that is not JSON", job("give me 8 GPUs"), {"v100": 0}),
+    ("malformed candidates", job({**NVIDIA2, "cands": "v100@x86_64:2,h100@x86_64:x"}), {"v100": 0}),
+    ("a pool that is not the site's", job({**NVIDIA2, "cands": "v100@x86_64:2,b200@x86_64:2"}), {"v100": 0}),
+    ("multi-node", job(NVIDIA2, nodes=2), {"v100": 0}),
+    ("no other pool has room", job(NVIDIA2), {"v100": 0, "a100_80gb": 1, "h100": 0}),
+])
+def test_jobs_that_stay(site: Site, why: str, j: QueuedJob, caps_busy: dict[str, int]) -> None:
+    assert Planner(site, ON).plan([j], idle(site, **caps_busy), NOW) == [], why
+
+
+def test_pending_demand_of_the_target_counts(site: Site) -> None:
+    caps = idle(site, v100=0, h100=0)
+    caps["a100-80gb@x86_64"] = replace(caps["a100-80gb@x86_64"], pending=7)  # 8 free, 7 asked
+    assert Planner(site, ON).plan([job(NVIDIA2)], caps, NOW) == []
+
+
+def test_two_jobs_never_get_the_same_free_devices(site: Site) -> None:
+    caps = idle(site, v100=0, h100=0)
+    caps["a100-80gb@x86_64"] = PoolCapacity(total=8, free=3, free_max_node=3)
+    old, new = job(NVIDIA2, jid=8, submitted=NOW - 900), job(NVIDIA2, jid=9, submitted=NOW - 300)
+    moves = Planner(site, ON).plan([new, old], caps, NOW)
+    assert [m.job_id for m in moves] == [8]  # oldest first; 1 device left is not enough for 2
+    assert caps["a100-80gb@x86_64"].free == 3  # the caller's capacity is not changed
+
+
+ANY1 = {"hetero": 1, "accel": "nvidia:1", "pool": "v100@x86_64", "model": "v100", "n": 1,
+        "cands": "v100@x86_64:1,a100-80gb@x86_64:1,gh200@aarch64:1,h100@x86_64:1", "movable": True}
+
+
+def test_across_arch_rewrites_only_the_bridge_arch(site: Site) -> None:
+    caps = idle(site, v100=0, a100_80gb=0, h100=0)
+    m = Planner(site, ON).plan([job(ANY1, tres="gres:gpu:1")], caps, NOW)[0]
+    assert (m.to_pool, m.tres_per_node, m.features) == ("gh200@aarch64", "gres:gpu:1", "aarch64&gh200")
+    m = Planner(site, ON).plan([job(ANY1, features="(ib|opa)&x86_64&v100")], caps, NOW)[0]
+    assert m.features == "(ib|opa)&aarch64&gh200"
+    # A user constraint not in the bridge's shape, or an image whose variants chose the arch: stays.
+    assert Planner(site, ON).plan([job(ANY1, features="ib&x86_64&v100")], caps, NOW) == []
+    assert Planner(site, ON).plan([job({**ANY1, "image": "pytorch:1"})], caps, NOW) == []
+
+
+ANY2 = {"hetero": 1, "accel": "any:2", "pool": "v100@x86_64", "model": "v100", "n": 2,
+        "cands": "v100@x86_64:2,ascend-910b@aarch64:2,a100-80gb@x86_64:2,h100@x86_64:2", "movable": True}
+
+
+def test_gres_kind_is_kept_unless_the_site_allows(site: Site) -> None:
+    caps = idle(site, v100=0, a100_80gb=0, h100=0)
+    assert Planner(site, ON).plan([job(ANY2)], caps, NOW) == []
+    across = replace(ON, across_gres=True)
+    m = Planner(site, across).plan([job(ANY2)], caps, NOW)[0]
+    assert (m.to_pool, m.tres_per_node, m.partition, m.features) == \
+        ("ascend-910b@aarch64", "gres:npu:2", "npu", "aarch64&ascend-910b")
+    # A GPU clock policy has no meaning on an NPU.
+    assert Planner(site, across).plan([job({**ANY2, "energy": "efficiency"})], caps, NOW) == []
+
+
+def test_site_section(site: Site) -> None:
+    assert site.migration == MigrationSettings()  # off unless the site says
+    text = DEMO.read_text()
+    s = load_site_text(text + "\nmigration: {pending: true, pending_after: 2min, max_moves: 1}\n", "m.yaml")
+    assert s.migration == MigrationSettings(pending=True, pending_after_s=120, max_moves=1)
+    with pytest.raises(SiteError) as e:
+        load_site_text(text + "\nmigration: {pending: true, pending_after: soon}\n", "m.yaml")
+    assert "migration.pending_after" in str(e.value)
