@@ -32,6 +32,7 @@ from slurm_hetero.errors import RuntimeFailure
 from slurm_hetero.fileio import write_json_atomic as write_json
 from slurm_hetero.site.policies import EnergyPolicy
 from slurm_hetero.slurm.comment import db_comment_argv, merge_comment, parse_comment, set_db_comment_argv
+from slurm_hetero.slurm.hostlist import HostlistError, contains
 from slurm_hetero.slurm.parse import parse_slurm_time
 from slurm_hetero.slurm.runner import Runner
 from slurm_hetero.slurm.scontrol import (
@@ -366,10 +367,14 @@ def holds_devices(rec: dict[str, str] | None, node: str, has_steps: bool, now: f
     slurmctld notices a killed slurmstepd only at the node's next registration, so a job it
     still calls RUNNING may be dead. Only the batch host of a batch job must have a step
     (the batch script) once the job has started; an allocation (salloc) or another node of
-    the job may rightly have none between sruns, so those count as holding."""
+    the job may rightly have none between sruns, so those count as holding. A job that no
+    longer runs on this node at all (requeued after the node failed, running elsewhere now)
+    holds nothing here."""
     if has_steps:
         return True
     if not rec or rec.get("JobState") not in ACTIVE_STATES:
+        return False
+    if rec.get("NodeList") and not _runs_on(rec["NodeList"], node):
         return False
     if rec["JobState"] == "COMPLETING":
         return True  # its epilog restores and meters
@@ -379,13 +384,22 @@ def holds_devices(rec: dict[str, str] | None, node: str, has_steps: bool, now: f
     return started is None or now - started < LAUNCH_GRACE_S
 
 
+def _runs_on(nodelist: str, node: str) -> bool:
+    """Is node in slurmctld's NodeList of the job? A list it cannot read counts as yes."""
+    try:
+        return contains(nodelist, node)
+    except HostlistError:
+        return True
+
+
 def job_record(job_id: str) -> dict[str, str] | None:
     """slurmctld's record of a job, None once it has forgotten it. Any other failure (no
     answer from slurmctld) raises: "cannot tell" must never read as "the job is gone"."""
     r = SLURM.run(show_job_argv(job_id), check=False)
     if r.returncode == 0 and r.stdout.strip():
         # AmbiguousRecord (user text imitating a key) is "cannot tell": it raises.
-        return parse_job_record(r.stdout, ["JobState", "BatchFlag", "StartTime"], optional=["BatchHost"])
+        return parse_job_record(r.stdout, ["JobState", "BatchFlag", "StartTime"],
+                                optional=["BatchHost", "NodeList"])
     if "Invalid job id" in r.stderr:
         return None
     raise RuntimeFailure(f"scontrol show job {job_id}: {r.stderr.strip() or f'exit {r.returncode}'}")

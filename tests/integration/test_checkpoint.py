@@ -97,3 +97,69 @@ def test_stale_incarnation_is_fenced_after_requeue(cluster: Cluster, tmp_path: P
     assert row["State"] == "COMPLETED", row
     assert wait_until(lambda: c.nodes()[NODE].state in ("idle", "mixed"), 60), c.nodes()[NODE]
     time.sleep(0.5)
+
+
+def test_node_failure_requeues_resumes_elsewhere_and_the_node_gets_its_defaults_back(
+        cluster: Cluster, tmp_path: Path) -> None:
+    """A GPU job with an energy policy dies with its node (slurmd, slurmstepd and the job's
+    processes killed); Slurm requeues it and it resumes from its checkpoint on the pool's other
+    node; the failed node comes back while the job still runs there, and its devices (left
+    capped by the dead incarnation) get their defaults back: slurmctld has the returning slurmd
+    end the job it no longer runs there, which runs the agent's epilog (the health check's
+    restore covers a node whose slurmd lost its spool; tests/unit/test_energy.py)."""
+    from tests.integration.test_energy import devices_of, fake_state, wait_restored
+
+    c = cluster
+    steps = 200  # ~100 s of work: the job still runs elsewhere when the failed node is back
+    folder = tmp_path / "ckpt"
+    folder.mkdir()
+    script = tmp_path / "job.py"
+    script.write_text(BODY.replace("STEPS_TOTAL", str(steps)))
+    jid = submit(c.runner, ["--accel=a100-80gb:1", "--energy=efficiency", "--requeue",
+                            "-o", str(tmp_path / "out-%j.txt")], f"exec {sys.executable} {script} {folder}")
+    node, _, idx = devices_of(c, jid)
+    assert fake_state(c, node, idx[0])["limit_w"] == 240.0  # efficiency's cap on an A100
+    first_log = folder / f"log-0-{node}"
+    assert wait_until(lambda: first_log.exists() and first_log.read_text().count("commit") >= 3, 40)
+    # The node dies: its slurmd, and everything the job runs there (no epilog will come).
+    os.kill(slurmd_pid(c, node), signal.SIGKILL)
+    for pid in procs_of_job(jid):
+        os.kill(pid, signal.SIGKILL)
+    try:
+        # What slurmctld does once SlurmdTimeout has passed without an answer.
+        c.runner.run(["scontrol", "update", f"NodeName={node}", "State=DOWN", "Reason=node-failure-test"])
+        assert wait_until(lambda: c.runner.out(["squeue", "-h", "-j", str(jid), "-o", "%T"]).strip()
+                          == "PENDING" and "Restarts=1" in c.runner.out(["scontrol", "show", "job", str(jid)]),
+                          60), c.runner.out(["scontrol", "show", "job", str(jid)])
+        c.runner.run(["scontrol", "update", f"JobId={jid}", "StartTime=now"])  # not the 120 s hold
+        assert wait_until(lambda: any(folder.glob("log-1-*")), 60), c.runner.out(["scontrol", "show", "job",
+                                                                                  str(jid)])
+        assert fake_state(c, node, idx[0])["limit_w"] == 240.0  # the dead job's cap is still there
+    finally:
+        c.start_slurmd(node, rebooted=True)
+        c.runner.run(["scontrol", "update", f"NodeName={node}", "State=RESUME"], check=False)
+    wait_restored(c, node, idx, timeout=60)
+    # ... while the job runs on: "RUNNING elsewhere" does not hold this node's devices.
+    assert c.runner.out(["squeue", "-h", "-j", str(jid), "-o", "%T"]).strip() == "RUNNING"
+    assert wait_until(lambda: f"epilog job {jid} on {node}:" in (c.agent_dir / "agent.log").read_text(), 10)
+    wait_done(c.runner, [jid], timeout=180)
+    row = sacct_jobs(c.runner, [jid], ["JobID", "State", "NodeList"])[jid]
+    assert row["State"] == "COMPLETED" and row["NodeList"] != node, row
+    second = (folder / f"log-1-{row['NodeList']}").read_text().splitlines()
+    committed = [int(x.split()[1]) for x in first_log.read_text().splitlines() if x.startswith("commit")]
+    assert int(second[0].split()[1]) == max(committed)  # nothing lost, nothing done twice
+    assert second[-1] == f"commit {steps}"
+    assert wait_until(lambda: c.nodes()[node].state == "idle", 30), c.nodes()[node]
+
+
+def procs_of_job(jid: int) -> list[int]:
+    """The job's slurmstepds and everything under them."""
+    import subprocess
+
+    stepds = subprocess.run(["pgrep", "-f", f"slurmstepd: \\[{jid}\\."], capture_output=True, text=True,
+                            check=False).stdout.split()
+    out = [int(p) for p in stepds]
+    for p in list(out):
+        kids = subprocess.run(["pgrep", "-P", str(p)], capture_output=True, text=True, check=False).stdout
+        out += [int(k) for k in kids.split()]
+    return out

@@ -245,15 +245,22 @@ def test_holds_devices_on_captured_job() -> None:
 
     # A running batch job on a100-01, captured from `scontrol show job -d` on Slurm 22.05.
     rec = parse_job_record((ROOT / "tests/data/containers/scontrol-job-d-gpu-22.05.txt").read_text(),
-                           ["JobState", "BatchFlag", "StartTime", "BatchHost"])
+                           ["JobState", "BatchFlag", "StartTime", "BatchHost", "NodeList"])
+    assert rec["NodeList"] == "a100-01"
     start = time.mktime(time.strptime(rec["StartTime"], "%Y-%m-%dT%H:%M:%S"))
     late = start + agent.LAUNCH_GRACE_S + 1
     assert agent.holds_devices(rec, "a100-01", has_steps=True, now=late)
     # the batch host without a slurmstepd, past the launch grace: a killed slurmstepd
     assert not agent.holds_devices(rec, "a100-01", has_steps=False, now=late)
     assert agent.holds_devices(rec, "a100-01", has_steps=False, now=start + 5)  # still launching
-    assert agent.holds_devices(rec, "a100-02", has_steps=False, now=late)  # not the batch host
+    two = {**rec, "NodeList": "a100-[01-02]"}
+    assert agent.holds_devices(two, "a100-02", has_steps=False, now=late)  # not the batch host
+    # requeued after its node failed and running elsewhere now: nothing held on the old node
+    assert not agent.holds_devices({**rec, "NodeList": "a100-02", "BatchHost": "a100-02"}, "a100-01",
+                                   has_steps=False, now=start + 5)
+    assert not agent.holds_devices(rec, "a100-02", has_steps=False, now=late)
     assert agent.holds_devices({**rec, "BatchFlag": "0"}, "a100-01", False, late)  # salloc
+    assert agent.holds_devices({**rec, "NodeList": "a100-[01"}, "a100-01", False, start + 5)  # unreadable
     assert agent.holds_devices({**rec, "JobState": "COMPLETING"}, "a100-01", False, late)
     assert not agent.holds_devices({**rec, "JobState": "COMPLETED"}, "a100-01", False, late)
     assert not agent.holds_devices(None, "a100-01", False, late)  # slurmctld forgot it
