@@ -10,6 +10,8 @@ Every round (a few seconds) it
    nothing starves (formula in `site_factor`);
 4. where the site enables `migration.pending`, moves pending --accel jobs whose own pool
    cannot start them to another pool of their request that can (bridge/migrate.py).
+5. where the site enables `power:`, lets the power keeper wake and put to sleep idle nodes
+   from the forecast, about once a minute (slurm_hetero/power/keeper.py).
 On start it does step 2 first (jobs may have come close to a shortened limit while it was
 down). SIGTERM stops it cleanly; a slurmctld that does not answer costs a round, not the
 daemon.
@@ -32,7 +34,7 @@ from slurm_hetero.power.keeper import Keeper
 from slurm_hetero.site.model import Site
 from slurm_hetero.slurm.comment import parse_comment
 from slurm_hetero.slurm.runner import Runner
-from slurm_hetero.slurm.scontrol import admin_comment_argv, move_job_argv, update_job_argv
+from slurm_hetero.slurm.scontrol import admin_comment_argv, move_job_argv, update_job_argv, update_jobs_argv
 from slurm_hetero.slurm.squeue import SQUEUE_JSON_ARGV, QueuedJob, parse_squeue_json
 
 Log = Callable[[str], None]
@@ -47,16 +49,21 @@ class FactorPolicy:
     age   = min(1, waited_s / age_full_s): after age_full_s (1 day) of waiting any job has
             the cap, so long jobs are never starved by a stream of short ones.
     p50 is the bridge's central prediction (from the admin comment), else the job's limit.
+    The value is rounded to `step` (1% of the cap): the age term grows every second, and
+    without steps every pending job would need an update RPC every round (20,000 pending
+    jobs, 20,000 RPCs each round); with them a job changes about every age_full_s/100.
     """
 
     cap: int = 10_000
     horizon_min: float = 7 * 24 * 60
     age_full_s: float = 24 * 3600
+    step: int = 100
 
     def site_factor(self, p50_s: float, waited_s: float) -> int:
         short = 1 - math.log1p(max(p50_s, 0) / 60) / math.log1p(self.horizon_min)
         age = min(1.0, max(waited_s, 0) / self.age_full_s)
-        return round(self.cap * max(0.0, min(1.0, max(short, age))))
+        raw = self.cap * max(0.0, min(1.0, max(short, age)))
+        return min(self.cap, self.step * round(raw / self.step))
 
 
 @dataclass(frozen=True)
@@ -75,6 +82,7 @@ class ExtendPolicy:
 
 
 FORECAST_EVERY_S = 60.0
+FACTOR_BATCH = 500  # job ids per scontrol command (a few KB of argv)
 # A user limit the bridge recorded beyond a year is not a limit anyone asked for.
 MAX_USER_LIMIT_MIN = 366 * 24 * 60
 
@@ -167,9 +175,11 @@ class BridgeDaemon:
         return done
 
     def set_factors(self, jobs: list[JobRow]) -> int:
-        done = 0
+        """SiteFactor of every pending job whose value changed; jobs of one value share one
+        scontrol command (one process; scontrol still sends slurmctld an RPC per job)."""
         pending = {j.job_id for j in jobs if j.state == "PENDING"}
         self.factors = {k: v for k, v in self.factors.items() if k in pending}
+        changed: dict[int, list[str]] = {}
         for j in jobs:
             if j.state != "PENDING":
                 continue
@@ -179,11 +189,14 @@ class BridgeDaemon:
                         and math.isfinite(p50) else (j.limit_min or 60) * 60.0)
             value = self.factor.site_factor(estimate, j.waited_s)
             if value != self.factors.get(j.job_id):
-                self.runner.run(update_job_argv(j.job_id, SiteFactor=value),
-                                check=False)  # the job may have started meanwhile
-                self.factors[j.job_id] = value
-                done += 1
-        return done
+                changed.setdefault(value, []).append(j.job_id)
+        for value, ids in sorted(changed.items()):
+            for k in range(0, len(ids), FACTOR_BATCH):
+                batch = ids[k:k + FACTOR_BATCH]
+                # check=False: a job may have started meanwhile (scontrol goes on with the rest)
+                self.runner.run(update_jobs_argv(batch, SiteFactor=value), check=False)
+                self.factors.update(dict.fromkeys(batch, value))
+        return sum(len(ids) for ids in changed.values())
 
     def refresh_forecast(self) -> None:
         if self.forecaster is None or time.monotonic() - self.forecast_t < FORECAST_EVERY_S:

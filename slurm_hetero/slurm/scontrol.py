@@ -93,6 +93,19 @@ def admin_comment_argv(job_id: str | int, text: str) -> list[str]:
     return ["scontrol", "update", f"JobId={_job(job_id)}", f"AdminComment={text}"]
 
 
+def update_jobs_argv(job_ids: list[str] | list[int], **fields: str | int) -> list[str]:
+    """One `scontrol update JobId=A,B,C Key=Value` for many jobs given the same values.
+
+    >>> update_jobs_argv([7, 8], SiteFactor=300)
+    ['scontrol', 'update', 'JobId=7,8', 'SiteFactor=300']
+    """
+    if not job_ids:
+        raise ValueError("no job ids")
+    argv = update_job_argv(job_ids[0], **fields)
+    argv[2] = "JobId=" + ",".join(_job(j) for j in job_ids)
+    return argv
+
+
 def listpids_argv(job_id: str | int, node: str) -> list[str]:
     """`scontrol listpids JOB NODE`: exit 0 while a slurmstepd of the job runs on NODE."""
     if not re.fullmatch(r"[A-Za-z0-9._-]{1,128}", node):

@@ -26,7 +26,16 @@ def test_site_factor_shorter_is_higher_and_capped() -> None:
     values = [f.site_factor(s, 0) for s in (30, 300, 3600, 86400, 7 * 86400, 30 * 86400)]
     assert values == sorted(values, reverse=True)
     assert values[0] <= f.cap and values[-1] == 0 and values[-2] == 0
-    assert f.site_factor(5 * 60, 0) == round(10_000 * (1 - 1.791759469228055 / 9.218407870525316))
+    raw = 10_000 * (1 - 1.791759469228055 / 9.218407870525316)  # 8056.3
+    assert f.site_factor(5 * 60, 0) == 8100  # in steps of 100
+    assert FactorPolicy(step=1).site_factor(5 * 60, 0) == round(raw)
+    assert all(v % f.step == 0 for v in values)
+
+
+def test_aging_changes_a_value_only_every_step() -> None:
+    f = FactorPolicy()
+    seen = {f.site_factor(30 * 86400, t) for t in range(0, 3600, 5)}  # an hour of 5 s rounds
+    assert len(seen) <= 5  # 100 per 864 s of waiting: a handful of updates an hour, not 720
 
 
 def test_aging_lifts_long_jobs_so_nothing_starves() -> None:
@@ -175,3 +184,23 @@ def test_a_failing_forecast_costs_no_heartbeat(tmp_path: Path) -> None:
     d.forecast_t -= 61
     d.round()
     assert read_forecast(snap) == {"h100@x86_64": {5: 1.0, 15: 2.0, 60: 3.0}}
+
+
+def test_site_factors_go_out_one_command_per_value_and_only_when_they_change(tmp_path: Path) -> None:
+    from slurm_hetero.bridge.daemon import FACTOR_BATCH, BridgeDaemon, JobRow
+    from slurm_hetero.site import load_site
+
+    site = load_site(Path(__file__).resolve().parents[2] / "site" / "demo" / "site.yaml")
+    runner = HostileRunner([])
+    d = BridgeDaemon(site, runner, tmp_path / "snap.lua", log=lambda _: None)  # type: ignore[arg-type]
+    short = [JobRow(str(i), "PENDING", 10, 0.0, 0.0, {"pred": {"p50": 60}}) for i in range(1, 701)]
+    long = [JobRow(str(i), "PENDING", 10, 0.0, 0.0, {"pred": {"p50": 7 * 86400}}) for i in range(701, 801)]
+    running = [JobRow("900", "RUNNING", 10, 5.0, 0.0, {})]
+    assert d.set_factors(short + long + running) == 800
+    ids = [u[2].removeprefix("JobId=").split(",") for u in runner.updates]
+    values = [u[3] for u in runner.updates]
+    assert [len(i) for i in ids] == [100, FACTOR_BATCH, 200]  # 0 for the long ones, then the short
+    assert values == ["SiteFactor=0", f"SiteFactor={d.factor.site_factor(60, 0)}", values[1]]
+    assert sorted(int(j) for i in ids for j in i) == list(range(1, 801))  # the running job: none
+    runner.updates.clear()
+    assert d.set_factors(short + long) == 0 and runner.updates == []  # nothing changed: no RPC
