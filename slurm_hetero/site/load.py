@@ -44,6 +44,7 @@ from slurm_hetero.site.limits import (
     hostlist_size,
     shown,
 )
+from slurm_hetero.site.migration import load_migration
 from slurm_hetero.site.model import AccelGroup, Billing, NodeAgent, NodeGroup, Partition, Site
 from slurm_hetero.site.names import ARCH_ALIASES, ARCH_ALLOWED, near
 from slurm_hetero.site.policies import DEFAULT_POLICIES, AutoRule, EnergyPolicy, parse_power_cap
@@ -557,6 +558,7 @@ def load_site_text(text: str, source: str = "<site>", path: Path | None = None) 
     images, containers, groups = load_containers(data, groups, b.err)  # containers
     slurm = load_slurm(data, groups, partitions, b.err)  # the existing installation
     power = load_power(data, groups, partitions, b.err)  # power saving (site/power.py)
+    migration = load_migration(data, b.err)  # moving jobs between pools
     if b.problems:
         raise SiteError(source, [p.format(source, positions) for p in b.problems])
     billing = Billing(**(data.get("billing") or {}))
@@ -564,7 +566,8 @@ def load_site_text(text: str, source: str = "<site>", path: Path | None = None) 
                 catalog=models, normalization=norm, node_groups=groups, partitions=partitions,
                 qos=qos, default_qos=default_qos, billing=billing, energy_policies=policies,
                 energy_auto=auto, node_agent=node_agent,
-                images=images, containers=containers, slurm=slurm, power=power)
+                images=images, containers=containers, slurm=slurm, power=power,
+                migration=migration)
 
 
 def decode_site_bytes(raw: bytes, source: str) -> str:

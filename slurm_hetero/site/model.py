@@ -202,6 +202,17 @@ class PowerSettings:
 
 
 @dataclass(frozen=True)
+class MigrationSettings:
+    """migration: what the bridge daemon may move. A pending job moves only between the
+    pools its own --accel request allowed at submit (the bridge records them)."""
+
+    pending: bool = False
+    pending_after_s: int = 60
+    max_moves: int = 3
+    across_gres: bool = False
+
+
+@dataclass(frozen=True)
 class Site:
     name: str
     path: Path | None
@@ -222,6 +233,7 @@ class Site:
     # controllers, accounting, version and lines of an existing installation.
     slurm: SlurmSettings = field(default_factory=SlurmSettings)
     power: PowerSettings = field(default_factory=PowerSettings)
+    migration: MigrationSettings = field(default_factory=MigrationSettings)
 
     @property
     def cluster_name(self) -> str:

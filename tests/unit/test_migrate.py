@@ -66,6 +66,23 @@ def test_the_bridge_records_every_pool_of_the_request(site: Site, tmp_path: Path
                      ("gh200@aarch64", 1)]  # 5 V100s do not fit a 4-GPU node
 
 
+def test_where_the_daemon_may_move_jobs_the_bridge_places_them_movable(site: Site, tmp_path: Path) -> None:
+    moving = load_site_text(DEMO.read_text() + "\nmigration: {pending: true}\n", "m.yaml")
+    js = JobSubmit(render_site(moving, Profile(state_dir=str(tmp_path)))["job_submit.lua"])
+    rc, desc = js.submit({"accel": "nvidia:2"}, features="ib")
+    assert rc == 0, js.logs
+    assert (desc["tres_per_node"], desc["features"]) == ("gres:gpu:2", "(ib)&x86_64&v100")
+    assert json.loads(desc["admin_comment"])["movable"] is True
+    # One pool only, or a pinned model: nothing to move between, the GRES stays typed.
+    rc, desc = js.submit({"accel": "a100-80gb:2"})
+    assert desc["tres_per_node"] == "gres:gpu:a100-80gb:2" and "movable" not in desc["admin_comment"]
+    # A site that does not move jobs: typed GRES as always.
+    plain = JobSubmit(render_site(site, Profile(state_dir=str(tmp_path)))["job_submit.lua"])
+    rc, desc = plain.submit({"accel": "nvidia:2"})
+    assert desc["tres_per_node"] == "gres:gpu:v100:2" and desc["features"] == "x86_64"
+    assert "movable" not in desc["admin_comment"]
+
+
 def test_moves_a_job_whose_pool_is_full_to_the_cheapest_pool_with_room(site: Site) -> None:
     moves = Planner(site, ON).plan([job(NVIDIA2)], idle(site, v100=0), NOW)
     assert len(moves) == 1

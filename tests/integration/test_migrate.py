@@ -1,0 +1,67 @@
+"""A pending --accel job moves to a pool that frees up, on the real cluster: with
+`migration.pending` on, the bridge places it movable in the V100 pool (the cheapest with
+room: untyped GRES, the model pinned by its node feature), the V100 node is drained before
+it starts, and the bridge daemon moves it to the A100 pool, where it runs and is accounted
+as A100 work."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from slurm_hetero.devcluster import Cluster
+from slurm_hetero.devcluster.procs import wait_until
+from slurm_hetero.site import Site, load_site
+from slurm_hetero.slurm.comment import parse_comment
+from slurm_hetero.slurm.commands import release_argv
+from slurm_hetero.slurm.jobs import sacct_jobs, submit, wait_done
+from slurm_hetero.slurm.squeue import SQUEUE_JSON_ARGV, QueuedJob, parse_squeue_json
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def queued(c: Cluster, jid: int) -> QueuedJob | None:
+    jobs, _ = parse_squeue_json(c.runner.out(SQUEUE_JSON_ARGV))
+    return next((j for j in jobs if j.job_id == jid), None)
+
+
+def test_pending_job_moves_to_a_pool_with_room(cluster: Cluster, demo_site: Site, tmp_path: Path) -> None:
+    c = cluster
+    variant = tmp_path / "site.yaml"
+    variant.write_text((ROOT / "site" / "demo" / "site.yaml").read_text()
+                       + "\nmigration: {pending: true, pending_after: 3s}\n")
+    moving = load_site(variant)
+    c.load_model(moving, None)  # job_submit.lua of the variant (slurmctld re-reads it)
+    c.stop_bridge()
+    c.start_bridge(moving, every=1.0)
+    jid = 0
+    try:
+        # Snapshot fresh, everything idle: nvidia:2 goes to the cheapest pool with room.
+        assert wait_until(lambda: "v100@x86_64" in (c.state / "hetero-snapshot.lua").read_text(), 20)
+        jid = submit(c.runner, ["-H", "--accel=nvidia:2", "-o", "/dev/null"], "sleep 3")
+        first = queued(c, jid)
+        assert first is not None, jid
+        rec = parse_comment(first.admin_comment)
+        assert (rec["pool"], rec["movable"], first.tres_per_node, first.features) == \
+            ("v100@x86_64", True, "gres:gpu:2", "x86_64&v100"), first
+        c.runner.run(["scontrol", "update", "NodeName=v100-01", "State=DRAIN", "Reason=maintenance"])
+        c.runner.run(release_argv([jid]))
+        wait_done(c.runner, [jid], timeout=90)
+    finally:
+        c.runner.run(["scontrol", "update", "NodeName=v100-01", "State=RESUME"], check=False)
+        c.load_model(demo_site, None)
+        c.stop_bridge()
+        c.start_bridge(demo_site)
+    row = sacct_jobs(c.runner, [jid], ["JobID", "State", "NodeList", "AllocTRES", "AdminComment"],
+                     require=["AdminComment"])[jid]
+    assert row["State"] == "COMPLETED" and row["NodeList"].startswith("a100-"), row
+    assert "gres/gpu:a100-80gb=2" in row["AllocTRES"], row
+    rec = parse_comment(row["AdminComment"])
+    assert (rec["pool"], rec["moved_from"], rec["moves"], rec["model"]) == \
+        ("a100-80gb@x86_64", "v100@x86_64", 1, "a100-80gb"), json.dumps(rec)
+    log = (c.log / "bridge.log").read_text()
+    assert f"job {jid}: moved v100@x86_64 -> a100-80gb@x86_64" in log, log[-2000:]
