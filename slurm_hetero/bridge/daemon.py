@@ -9,7 +9,9 @@ Every round (a few seconds) it
 3. sets SiteFactor on pending jobs: shorter predicted runtime → higher, with aging so that
    nothing starves (formula in `site_factor`);
 4. where the site enables `migration.pending`, moves pending --accel jobs whose own pool
-   cannot start them to another pool of their request that can (bridge/migrate.py).
+   cannot start them to another pool of their request that can, and with
+   `migration.running` requeues running --checkpoint --migratable jobs into a pool that
+   frees up when that finishes them clearly sooner (bridge/migrate.py).
 5. where the site enables `power:`, lets the power keeper wake and put to sleep idle nodes
    from the forecast, about once a minute (slurm_hetero/power/keeper.py).
 On start it does step 2 first (jobs may have come close to a shortened limit while it was
@@ -27,11 +29,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from slurm_hetero.bridge.migrate import Move, Planner
+from slurm_hetero.bridge.migrate import Move, Planner, Requeue
 from slurm_hetero.bridge.snapshot import Forecast, PoolCapacity, take_snapshot
 from slurm_hetero.errors import RuntimeFailure
 from slurm_hetero.power.keeper import Keeper
 from slurm_hetero.site.model import Site
+from slurm_hetero.slurm.commands import requeue_argv
 from slurm_hetero.slurm.comment import parse_comment
 from slurm_hetero.slurm.runner import Runner
 from slurm_hetero.slurm.scontrol import admin_comment_argv, move_job_argv, update_job_argv, update_jobs_argv
@@ -220,8 +223,27 @@ class BridgeDaemon:
                 continue
             # The record follows the job; if this fails the job still runs where it now is.
             self.runner.run(admin_comment_argv(m.job_id, m.comment), check=False)
+            if m.release:  # requeued to move: its checkpoint is written, no 120 s hold
+                self.runner.run(update_job_argv(m.job_id, StartTime="now"), check=False)
             self.log(f"job {m.job_id}: moved {m.from_pool} -> {m.to_pool} ({m.tres_per_node}): {m.why}")
             done.append(m)
+        return done
+
+    def requeue_running(self, queue: list[QueuedJob], caps: dict[str, PoolCapacity]) -> list[Requeue]:
+        """Requeue the running jobs the planner sends to a freed pool; the record names the
+        pool first, so the move happens even if the daemon restarts meanwhile."""
+        if self.planner is None or not self.site.migration.running:
+            return []
+        done = []
+        for r in self.planner.plan_running(queue, caps, time.time()):
+            try:
+                self.runner.run(admin_comment_argv(r.job_id, r.comment))
+                self.runner.run(requeue_argv([r.job_id]))
+            except (RuntimeFailure, ValueError) as e:  # ended meanwhile, or not requeueable
+                self.log(f"job {r.job_id}: not requeued for {r.to_pool}: {e}")
+                continue
+            self.log(f"job {r.job_id}: requeued {r.from_pool} -> {r.to_pool}: {r.why}")
+            done.append(r)
         return done
 
     def round(self) -> None:
@@ -233,7 +255,13 @@ class BridgeDaemon:
         self.set_factors(jobs)
         if self.keeper is not None:
             self.keeper.round(self.forecast)  # throttles itself (once a minute), never raises
-        self.move_pending(queue, caps)
+        moved = self.move_pending(queue, caps)
+        for m in moved:  # the devices those moves take are not free for a requeue
+            cap = caps.get(m.to_pool)
+            if cap is not None:
+                cap.free -= m.n
+                cap.free_max_node = max(0, cap.free_max_node - m.n)
+        self.requeue_running(queue, caps)
 
     def run(self, rounds: int | None = None) -> None:
         signal.signal(signal.SIGTERM, lambda *_: setattr(self, "stopping", True))

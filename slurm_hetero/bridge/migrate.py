@@ -25,6 +25,16 @@ site allows otherwise and the job has no GPU frequency policy, the arch is kept 
 with a container image (its variants decided the arch), and the user's own constraint is
 kept (a feature expression the daemon cannot rewrite safely keeps the job's arch).
 Multi-node jobs are left where they are (the snapshot counts devices per node, not nodes).
+
+Running jobs (`migration.running`, needs `pending`): a job submitted with --checkpoint and
+--migratable, running on one node, is requeued into another pool of its request that has
+room now when that saves at least `running_gain` of its remaining time, `restart_cost`
+included (work runs as fast as the normalized units it holds; what is left is the bridge's
+prediction less the run time, else the limit's). The record first names the target
+(`migrate_to`, `migrated`), then `scontrol requeue` ends the job (SIGTERM, KillWait,
+SIGKILL: the job checkpoints on SIGTERM, or has committed its last checkpoint already);
+once pending again it is moved there and its requeue hold lifted. Once per job: after a
+restart its run time starts at 0 again and its progress is not known here.
 """
 
 from __future__ import annotations
@@ -32,6 +42,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, replace
+from typing import Any
 
 from slurm_hetero.bridge.snapshot import PoolCapacity
 from slurm_hetero.site.model import MigrationSettings, Site
@@ -59,6 +70,7 @@ class Move:
     features: str
     comment: str  # the new admin comment
     why: str
+    release: bool = False  # a requeued job: also lift the requeue's begin-time hold
 
 
 def parse_cands(text: object) -> list[tuple[str, int]]:
@@ -99,6 +111,28 @@ def rewrite_place(features: str, old: str, new: str) -> str | None:
     return None
 
 
+@dataclass(frozen=True)
+class Requeue:
+    """A running job to checkpoint and requeue: its record already names where it goes
+    (`migrate_to`); once it is pending again a Move takes it there and releases it."""
+
+    job_id: int
+    from_pool: str
+    to_pool: str
+    comment: str
+    why: str
+
+
+@dataclass(frozen=True)
+class _Target:
+    pool: Pool
+    n: int
+    cost: float
+    order: int
+    features: str
+    partition: str
+
+
 class Planner:
     def __init__(self, site: Site, policy: MigrationSettings | None = None):
         self.site = site
@@ -107,21 +141,38 @@ class Planner:
 
     def plan(self, jobs: list[QueuedJob], caps: dict[str, PoolCapacity], now: float
              ) -> list[Move]:
-        """Moves for this round, oldest job first; `caps` is not changed (a copy takes each
-        move's devices, so two jobs are never sent to the same free devices)."""
+        """Moves of pending jobs for this round, oldest job first; `caps` is not changed (a
+        copy takes each move's devices, so two jobs are never sent to the same free devices)."""
         left = {k: replace(c) for k, c in caps.items()}
         moves = []
         for job in sorted(jobs, key=lambda j: (j.submit_time or now, j.job_id)):
             move = self.move_for(job, left, now)
             if move is not None:
                 moves.append(move)
-                cap = left[move.to_pool]
-                cap.free -= move.n
-                cap.free_max_node = max(0, cap.free_max_node - move.n)
+                _take(left[move.to_pool], move.n)
         return moves
 
-    def move_for(self, job: QueuedJob, caps: dict[str, PoolCapacity], now: float) -> Move | None:
-        if job.state != "PENDING" or job.reason not in WAITING_FOR_NODES or job.node_count != 1:
+    def plan_running(self, jobs: list[QueuedJob], caps: dict[str, PoolCapacity], now: float
+                     ) -> list[Requeue]:
+        """Running --checkpoint --migratable jobs to requeue into a pool with room now, when
+        that saves at least `running_gain` of their remaining time, restart included. Work
+        is taken to go as fast as the normalized units a job holds (n x units per device);
+        the remaining time is the bridge's prediction less the run time, else the limit's."""
+        if not self.policy.running:
+            return []
+        left = {k: replace(c) for k, c in caps.items()}
+        out = []
+        for job in sorted(jobs, key=lambda j: (j.start_time or now, j.job_id)):
+            r = self.requeue_for(job, left, now)
+            if r is not None:
+                out.append(r[0])
+                _take(left[r[0].to_pool], r[1])
+        return out
+
+    # ---- one job ---------------------------------------------------------------------
+    def _record(self, job: QueuedJob) -> tuple[dict[str, Any], Pool, int, list[tuple[str, int]]] | None:
+        """The bridge's record of a movable single-node job: (record, pool, n there, cands)."""
+        if job.node_count != 1:
             return None
         d = parse_comment(job.admin_comment)
         if d.get("hetero") != 1 or d.get("movable") is not True or not isinstance(d.get("pool"), str):
@@ -132,17 +183,15 @@ class Planner:
         moves = d.get("moves", 0)
         if here is None or n_here is None or not isinstance(moves, int) or moves >= self.policy.max_moves:
             return None
-        since = d.get("moved_at") if isinstance(d.get("moved_at"), int | float) else job.submit_time
-        if since is None or now - float(since) < self.policy.pending_after_s:
-            return None
-        cur = caps.get(here.key)
-        if cur is not None and cur.free_max_node >= n_here:
-            return None  # its own pool has a node with room: Slurm will start it there
+        return d, here, n_here, cands
+
+    def _targets(self, job: QueuedJob, d: dict[str, Any], here: Pool, cands: list[tuple[str, int]],
+                 caps: dict[str, PoolCapacity]) -> list[_Target]:
+        """The other pools of the request with room now, cheapest first."""
         here_model = self.site.catalog[here.model]
-        best: tuple[float, int, Move] | None = None
+        out = []
         for order, (key, n) in enumerate(cands):
-            pool = self.pools.get(key)
-            cap = caps.get(key)
+            pool, cap = self.pools.get(key), caps.get(key)
             if pool is None or cap is None or key == here.key:
                 continue
             if not (cap.free_max_node >= n and cap.free - cap.pending >= n):
@@ -158,17 +207,106 @@ class Planner:
             partitions = [p for p in job.partition.split(",") if p]
             partition = job.partition if any(p in pool.partitions for p in partitions) \
                 else ",".join(pool.partitions)
-            prefix = "gres/" if job.tres_per_node.startswith("gres/") else "gres:"
-            record = {**d, "pool": key, "model": pool.model, "n": n,
-                      "units": round(n * model.units, 2), "why": "moved: own pool full, this one has room",
-                      "moved_from": here.key, "moved_at": int(now), "moves": moves + 1}
-            move = Move(job_id=job.job_id, from_pool=here.key, to_pool=key, n=n,
-                        tres_per_node=f"{prefix}{model.gres_name}:{n}",
-                        partition=partition, features=features,
-                        comment=json.dumps(record, separators=(",", ":")),
-                        why=f"{here.key} cannot start it now ({cur.free_max_node if cur else 0} of "
-                            f"{n_here} free on one node), {key} can ({cap.free_max_node} free)")
-            rank = (n * model.units, order)
-            if best is None or rank < best[:2]:
-                best = (rank[0], rank[1], move)
-        return best[2] if best else None
+            out.append(_Target(pool, n, n * model.units, order, features, partition))
+        return sorted(out, key=lambda t: (t.cost, t.order))
+
+    def _move(self, job: QueuedJob, d: dict[str, Any], here: Pool, t: _Target, now: float, why: str,
+              release: bool) -> Move:
+        model = self.site.catalog[t.pool.model]
+        record = {k: v for k, v in d.items() if k != "migrate_to"}
+        record.update(pool=t.pool.key, model=t.pool.model, n=t.n, units=round(t.cost, 2),
+                      why=why, moved_from=here.key, moved_at=int(now))
+        if not release:  # a requeued job's move was counted when it was requeued
+            record["moves"] = int(d.get("moves", 0)) + 1
+        prefix = "gres/" if job.tres_per_node.startswith("gres/") else "gres:"
+        return Move(job_id=job.job_id, from_pool=here.key, to_pool=t.pool.key, n=t.n,
+                    tres_per_node=f"{prefix}{model.gres_name}:{t.n}", partition=t.partition,
+                    features=t.features, comment=json.dumps(record, separators=(",", ":")),
+                    why=why, release=release)
+
+    def move_for(self, job: QueuedJob, caps: dict[str, PoolCapacity], now: float) -> Move | None:
+        if job.state != "PENDING":
+            return None
+        rec = self._record(job)
+        if rec is None:
+            return None
+        d, here, n_here, cands = rec
+        intent = d.get("migrate_to")
+        if isinstance(intent, str) and job.reason in WAITING_FOR_NODES | {"BeginTime"}:
+            # Requeued to move: go where the requeue was for if there is still room, and
+            # skip the requeue's begin-time hold (its checkpoint is written).
+            ts = self._targets(job, d, here, cands, caps)
+            t = next((t for t in ts if t.pool.key == intent), None)
+            if t is not None:
+                return self._move(job, d, here, t, now, f"migrated from {here.key}: requeued to run "
+                                  f"sooner on {intent}", release=True)
+        if job.reason not in WAITING_FOR_NODES:
+            return None
+        since = d.get("moved_at") if isinstance(d.get("moved_at"), int | float) else job.submit_time
+        if since is None or now - float(since) < self.policy.pending_after_s:
+            return None
+        cur = caps.get(here.key)
+        if cur is not None and cur.free_max_node >= n_here:
+            return None  # its own pool has a node with room: Slurm will start it there
+        ts = self._targets(job, d, here, cands, caps)
+        if not ts:
+            return None
+        t = ts[0]
+        free_here = cur.free_max_node if cur else 0
+        return self._move(job, d, here, t, now,
+                          f"moved: {here.key} cannot start it now ({free_here} of {n_here} free on one "
+                          f"node), {t.pool.key} can ({caps[t.pool.key].free_max_node} free)", release=False)
+
+    def requeue_for(self, job: QueuedJob, caps: dict[str, PoolCapacity], now: float
+                    ) -> tuple[Requeue, int] | None:
+        if job.state != "RUNNING" or not job.start_time:
+            return None
+        rec = self._record(job)
+        if rec is None:
+            return None
+        d, here, n_here, cands = rec
+        if d.get("migratable") is not True or not isinstance(d.get("checkpoint"), str):
+            return None
+        if d.get("migrated") is True:
+            # Once per job: a restarted job's run time starts again at 0 and its work so far
+            # is unknown here, so "what is left" would be guessed from the limit again.
+            return None
+        elapsed = max(0.0, now - job.start_time)
+        if elapsed < self.policy.restart_cost_s:
+            return None  # just started (or just moved): let it work first
+        pred = d.get("pred")
+        p50 = pred.get("p50") if isinstance(pred, dict) else None
+        if isinstance(p50, int | float) and not isinstance(p50, bool) and p50 > elapsed:
+            left = float(p50) - elapsed
+        elif job.time_limit_min:
+            left = job.time_limit_min * 60.0 - elapsed
+        else:
+            return None
+        speed_here = n_here * self.site.catalog[here.model].units
+        for t in self._targets(job, d, here, cands, caps):
+            after = self.policy.restart_cost_s + left * speed_here / t.cost
+            if left - after >= self.policy.running_gain * left:
+                record = {**d, "migrate_to": t.pool.key, "moves": int(d.get("moves", 0)) + 1,
+                          "migrated": True}
+                why = (f"{t.pool.key} has room: about {human_s(after)} left there instead of "
+                       f"{human_s(left)} on {here.key}, restart included")
+                return Requeue(job.job_id, here.key, t.pool.key,
+                               json.dumps(record, separators=(",", ":")), why), t.n
+        return None
+
+
+def _take(cap: PoolCapacity, n: int) -> None:
+    cap.free -= n
+    cap.free_max_node = max(0, cap.free_max_node - n)
+
+
+def human_s(seconds: float) -> str:
+    """
+    >>> human_s(59), human_s(600), human_s(5400)
+    ('59 s', '10 min', '1.5 h')
+    """
+    if seconds < 60:
+        return f"{seconds:.0f} s"
+    if seconds < 3600:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"

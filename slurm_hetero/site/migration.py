@@ -8,22 +8,34 @@ from typing import Any
 from slurm_hetero.site.model import MigrationSettings
 from slurm_hetero.site.tiers import DURATION_HINT, parse_duration_s
 
-MAX_PENDING_AFTER_S = 7 * 86_400
+MAX_DURATION_S = 7 * 86_400
 
 Err = Callable[[tuple[str | int, ...], str, str], None]
 
 
+def _duration(m: dict[str, Any], key: str, default: int, err: Err) -> int:
+    if key not in m:
+        return default
+    try:
+        value = parse_duration_s(m[key])
+    except ValueError as e:
+        err(("migration", key), str(e), DURATION_HINT)
+        return default
+    if value > MAX_DURATION_S:
+        err(("migration", key), f"{value} s is more than a week", DURATION_HINT)
+    return value
+
+
 def load_migration(data: dict[str, Any], err: Err) -> MigrationSettings:
     m = data.get("migration") or {}
-    after = MigrationSettings.pending_after_s
-    if "pending_after" in m:
-        try:
-            after = parse_duration_s(m["pending_after"])
-        except ValueError as e:
-            err(("migration", "pending_after"), str(e), DURATION_HINT)
-        else:
-            if after > MAX_PENDING_AFTER_S:
-                err(("migration", "pending_after"), f"{after} s is more than a week", DURATION_HINT)
-    return MigrationSettings(pending=bool(m.get("pending", False)), pending_after_s=after,
-                             max_moves=int(m.get("max_moves", MigrationSettings.max_moves)),
-                             across_gres=bool(m.get("across_gres", False)))
+    d = MigrationSettings()
+    if m.get("running") and not m.get("pending"):
+        err(("migration", "running"), "moving running jobs needs pending: true",
+            "a requeued job is moved as a pending one: set migration.pending too")
+    return MigrationSettings(pending=bool(m.get("pending", False)),
+                             pending_after_s=_duration(m, "pending_after", d.pending_after_s, err),
+                             max_moves=int(m.get("max_moves", d.max_moves)),
+                             across_gres=bool(m.get("across_gres", False)),
+                             running=bool(m.get("running", False)),
+                             running_gain=float(m.get("running_gain", d.running_gain)),
+                             restart_cost_s=_duration(m, "restart_cost", d.restart_cost_s, err))

@@ -210,6 +210,9 @@ class MigrationSettings:
     pending_after_s: int = 60
     max_moves: int = 3
     across_gres: bool = False
+    running: bool = False  # requeue running --checkpoint --migratable jobs into a freed pool
+    running_gain: float = 0.25
+    restart_cost_s: int = 120
 
 
 @dataclass(frozen=True)

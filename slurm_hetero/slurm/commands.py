@@ -170,3 +170,9 @@ def node_power_argv(names: Sequence[str], state: str) -> list[str]:
     if not names:
         raise ValueError("no nodes")
     return ["scontrol", "update", f"nodename={','.join(node_names(names))}", f"state={state}"]
+
+
+def requeue_argv(ids: Sequence[str | int]) -> list[str]:
+    """`scontrol requeue` of running batch jobs: ended (SIGTERM, KillWait, SIGKILL) and put
+    back in the queue with their restart count one higher."""
+    return ["scontrol", "requeue", ",".join(job_ids(ids))]

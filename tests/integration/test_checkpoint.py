@@ -147,7 +147,8 @@ def test_node_failure_requeues_resumes_elsewhere_and_the_node_gets_its_defaults_
     assert row["State"] == "COMPLETED" and row["NodeList"] != node, row
     second = (folder / f"log-1-{row['NodeList']}").read_text().splitlines()
     committed = [int(x.split()[1]) for x in first_log.read_text().splitlines() if x.startswith("commit")]
-    assert int(second[0].split()[1]) == max(committed)  # nothing lost, nothing done twice
+    # Nothing lost, nothing done twice (the kill may land between a commit and its log line).
+    assert int(second[0].split()[1]) in (max(committed), max(committed) + 1)
     assert second[-1] == f"commit {steps}"
     assert wait_until(lambda: c.nodes()[node].state == "idle", 30), c.nodes()[node]
 

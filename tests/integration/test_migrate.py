@@ -14,8 +14,8 @@ import pytest
 from slurm_hetero.devcluster import Cluster
 from slurm_hetero.devcluster.procs import wait_until
 from slurm_hetero.site import Site, load_site
-from slurm_hetero.slurm.comment import parse_comment
 from slurm_hetero.slurm.commands import release_argv
+from slurm_hetero.slurm.comment import parse_comment
 from slurm_hetero.slurm.jobs import sacct_jobs, submit, wait_done
 from slurm_hetero.slurm.squeue import SQUEUE_JSON_ARGV, QueuedJob, parse_squeue_json
 
@@ -65,3 +65,52 @@ def test_pending_job_moves_to_a_pool_with_room(cluster: Cluster, demo_site: Site
         ("a100-80gb@x86_64", "v100@x86_64", 1, "a100-80gb"), json.dumps(rec)
     log = (c.log / "bridge.log").read_text()
     assert f"job {jid}: moved v100@x86_64 -> a100-80gb@x86_64" in log, log[-2000:]
+
+
+def test_running_migratable_job_is_requeued_into_a_faster_pool_and_resumes(
+        cluster: Cluster, demo_site: Site, tmp_path: Path) -> None:
+    """With `migration.running` on, a --checkpoint --migratable job placed on the V100s while
+    the A100s are free is requeued into them (the daemon finds it finishes there sooner,
+    restart included), resumes from its checkpoint there, and finishes."""
+    import sys
+
+    from tests.integration.test_checkpoint import BODY
+
+    c = cluster
+    variant = tmp_path / "site.yaml"
+    variant.write_text((ROOT / "site" / "demo" / "site.yaml").read_text()
+                       + "\nmigration: {pending: true, pending_after: 3s, running: true, running_gain: 0.2,"
+                         " restart_cost: 5s}\n")
+    moving = load_site(variant)
+    folder = tmp_path / "ckpt"
+    folder.mkdir()
+    script = tmp_path / "job.py"
+    script.write_text(BODY.replace("STEPS_TOTAL", "60"))
+    c.load_model(moving, None)
+    c.stop_bridge()
+    c.start_bridge(moving, every=1.0)
+    jid = 0
+    try:
+        assert wait_until(lambda: "v100@x86_64" in (c.state / "hetero-snapshot.lua").read_text(), 20)
+        jid = submit(c.runner, ["--accel=nvidia:1", f"--checkpoint={folder}", "--migratable", "-t", "10",
+                                "-o", str(tmp_path / "out-%j.txt")], f"exec {sys.executable} {script} {folder}")
+        wait_done(c.runner, [jid], timeout=240)
+    finally:
+        c.load_model(demo_site, None)
+        c.stop_bridge()
+        c.start_bridge(demo_site)
+    row = sacct_jobs(c.runner, [jid], ["JobID", "State", "NodeList", "AllocTRES", "AdminComment"],
+                     require=["AdminComment"])[jid]
+    assert row["State"] == "COMPLETED" and row["NodeList"].startswith("a100-"), row
+    assert "gres/gpu:a100-80gb=1" in row["AllocTRES"], row
+    rec = parse_comment(row["AdminComment"])
+    assert (rec["pool"], rec["moved_from"], rec["moves"], rec["checkpoint"]) == \
+        ("a100-80gb@x86_64", "v100@x86_64", 1, str(folder)), json.dumps(rec)
+    assert "migrate_to" not in rec and rec["migrated"] is True  # once: not on to the H100s
+    log = (c.log / "bridge.log").read_text()
+    assert f"job {jid}: requeued v100@x86_64 -> a100-80gb@x86_64" in log, log[-2000:]
+    first = (folder / "log-0-v100-01").read_text().splitlines()
+    second = (folder / f"log-1-{row['NodeList']}").read_text().splitlines()
+    committed = [int(x.split()[1]) for x in first if x.startswith("commit")]
+    assert int(second[0].split()[1]) in (max(committed), max(committed) + 1)  # resumed, not restarted
+    assert second[-1] == "commit 60"

@@ -171,3 +171,64 @@ def test_site_section(site: Site) -> None:
     with pytest.raises(SiteError) as e:
         load_site_text(text + "\nmigration: {pending: true, pending_after: soon}\n", "m.yaml")
     assert "migration.pending_after" in str(e.value)
+
+
+RUNNING_ON = MigrationSettings(pending=True, pending_after_s=60, max_moves=2, running=True,
+                               running_gain=0.25, restart_cost_s=60)
+MIGRATABLE = {**NVIDIA2, "checkpoint": "/scratch/ck", "migratable": True}
+
+
+def running(record: dict[str, Any], limit_min: int = 60, ran_s: float = 600) -> QueuedJob:
+    return replace(job(record, reason="None"), state="RUNNING", start_time=NOW - ran_s, time_limit_min=limit_min)
+
+
+def test_a_running_migratable_job_is_requeued_into_a_pool_that_frees_up(site: Site) -> None:
+    caps = idle(site, v100=0)  # it runs on the V100s; the A100s and H100 are free
+    (r,) = Planner(site, RUNNING_ON).plan_running([running(MIGRATABLE)], caps, NOW)
+    # 50 min left on 2 V100s (0.82 units); on 2 A100s (2 units): 60 s + 50 x 0.41 min = 21.5 min.
+    assert (r.from_pool, r.to_pool) == ("v100@x86_64", "a100-80gb@x86_64")
+    rec = json.loads(r.comment)
+    assert rec["migrate_to"] == "a100-80gb@x86_64" and rec["moves"] == 1 and rec["pool"] == "v100@x86_64"
+    assert rec["migrated"] is True
+    assert "22 min left there instead of 50 min" in r.why
+    # Once it is pending again (the requeue's begin-time hold), it moves there at once.
+    back = replace(job(rec, reason="BeginTime", submitted=NOW - 5))
+    (m,) = Planner(site, RUNNING_ON).plan([back], caps, NOW)
+    assert (m.to_pool, m.features, m.release) == ("a100-80gb@x86_64", "x86_64&a100-80gb", True)
+    moved = json.loads(m.comment)
+    assert "migrate_to" not in moved and moved["moves"] == 1 and moved["pool"] == "a100-80gb@x86_64"
+
+
+@pytest.mark.parametrize(("why", "j", "policy"), [
+    ("running migration off", running(MIGRATABLE), ON),
+    ("not migratable", running({**MIGRATABLE, "migratable": False}), RUNNING_ON),
+    ("no checkpoint", running({k: v for k, v in MIGRATABLE.items() if k != "checkpoint"}), RUNNING_ON),
+    ("just started", running(MIGRATABLE, ran_s=30), RUNNING_ON),
+    # 1 min left: the 60 s restart alone eats it, even on the H100s (4.86 units)
+    ("too little left to gain", running(MIGRATABLE, limit_min=11, ran_s=600), RUNNING_ON),
+    ("moved max_moves times", running({**MIGRATABLE, "moves": 2}), RUNNING_ON),
+    ("migrated once already", running({**MIGRATABLE, "migrated": True}), RUNNING_ON),
+    ("pending, not running", job(MIGRATABLE), RUNNING_ON),
+])
+def test_running_jobs_that_stay(site: Site, why: str, j: QueuedJob, policy: MigrationSettings) -> None:
+    assert Planner(site, policy).plan_running([j], idle(site, v100=0), NOW) == [], why
+
+
+def test_the_prediction_says_how_much_is_left(site: Site) -> None:
+    # Predicted to end in a minute although its limit is 50 min away: not worth a restart.
+    j = running({**MIGRATABLE, "pred": {"p50": 660, "p90": 900}}, limit_min=60, ran_s=600)
+    assert Planner(site, RUNNING_ON).plan_running([j], idle(site, v100=0), NOW) == []
+    j = running({**MIGRATABLE, "pred": {"p50": 3600, "p90": 4000}}, limit_min=60, ran_s=600)
+    assert len(Planner(site, RUNNING_ON).plan_running([j], idle(site, v100=0), NOW)) == 1
+
+
+def test_a_faster_pool_can_pay_for_a_restart_a_slower_one_cannot(site: Site) -> None:
+    # 2 min left: 2 A100s (60 s + 49 s) save 11 s, under a quarter; the H100s (60 s + 20 s) save 40 s.
+    (r,) = Planner(site, RUNNING_ON).plan_running([running(MIGRATABLE, limit_min=12)], idle(site, v100=0), NOW)
+    assert r.to_pool == "h100@x86_64"
+
+
+def test_running_migration_needs_pending(site: Site) -> None:
+    with pytest.raises(SiteError) as e:
+        load_site_text(DEMO.read_text() + "\nmigration: {running: true}\n", "m.yaml")
+    assert "migration.running" in str(e.value)
