@@ -85,7 +85,8 @@ def site_mismatch(raw: pd.DataFrame, site: Site) -> str | None:
     parts = []
     if odd_nodes:
         shown = sorted(odd_nodes)
-        parts.append(f"nodes {', '.join(shown[:10])}" + (f" and {len(shown) - 10} more" if len(shown) > 10 else "")
+        more = f" and {len(shown) - 10} more" if len(shown) > 10 else ""
+        parts.append(f"nodes {', '.join(shown[:10])}{more}"
                      + " (their jobs' arch is 'unknown')")
     if odd_gres:
         parts.append(f"GRES types {', '.join(sorted(odd_gres))} (no model, no normalized units)")
@@ -139,7 +140,8 @@ def sacct_report(site: Site | None, runner: Runner, period: Period, partition: s
         if why:
             notes.append(why)
         elif lost and lost.unknown_nodes:
-            notes.append(f"node events of nodes the site does not describe: {', '.join(lost.unknown_nodes[:10])}")
+            notes.append("node events of nodes the site does not describe: "
+                         + ", ".join(lost.unknown_nodes[:10]))
         for p in site.partitions:
             t = parse_limit_s(p.default_time or p.max_time)
             if t:

@@ -27,7 +27,8 @@ from slurm_hetero.cliutil import console, reports_errors, site_option
 @click.option("--cache-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="sacct cache [default: ~/.cache/slurm-hetero/sacct]")
 @click.option("--no-cache", is_flag=True, help="Fetch every day from slurmdbd again.")
-@click.option("--job", "job_id", metavar="JOBID", help="Only this job's page (what `slurm-hetero job` shows).")
+@click.option("--job", "job_id", metavar="JOBID",
+              help="Only this job's page (what `slurm-hetero job` shows).")
 @click.option("--strict", is_flag=True, help="Exit 2 when the site does not describe the cluster's nodes.")
 @reports_errors
 def report(site_path: Path, since: str | None, until: str | None, partition: str | None,
@@ -35,6 +36,11 @@ def report(site_path: Path, since: str | None, until: str | None, partition: str
            no_cache: bool, job_id: str | None, strict: bool) -> None:
     """Accounting report: utilisation, waits, energy, predictions, bridge decisions, users."""
     if job_id is not None:
+        given = (("--trace", trace), ("--csv", csv_dir), ("--since", since), ("--until", until),
+                 ("--partition", partition))
+        clash = [o for o, v in given if v]
+        if clash:
+            raise click.UsageError(f"--job shows one job's page: it takes no {', '.join(clash)}")
         _job(job_id, site_path, output, as_json=False)
         return
     from slurm_hetero.reports import (

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -96,6 +97,9 @@ def build_report(jobs: pd.DataFrame, capacity: Capacity, period: Period, source:
         msg = f"no jobs in range {period.label()}" + (f" in partition {partition}" if partition else "")
         summary = [("source", source), ("period", period.label()), ("jobs", "0")]
         sec = Section("summary", "Summary", [_summary_table(summary)], notes=[msg])
+        if outages is not None and outages.device_s:  # idle is not the same as usable
+            lost = ", ".join(f"{m}@{a} {v / 3600:.3g}" for (m, a), v in sorted(outages.device_s.items()))
+            msg += f"; device-hours lost to down, drained or maintenance nodes: {lost}"
         return Report(title, source, period, summary, [sec], list(notes), empty=msg)
     d = Derived(jobs, period)
     step, edges = bucket_edges(period)
@@ -205,7 +209,8 @@ def utilisation(d: Derived, cap: Capacity, period: Period, edges: list[float],
         cpus = cap.cpus.get(arch, 0.0)
         lost_units_h = sum(v * cap.units_per_device.get(m, np.nan) for (m, a), v in lost_dev.items()
                            if a == arch) / 3600.0
-        cap_units = sum(cap.units(m, a) for m, a in cap.devices if a == arch) - lost_units_h / max(hours, 1e-9)
+        cap_units = (sum(cap.units(m, a) for m, a in cap.devices if a == arch)
+                     - lost_units_h / max(hours, 1e-9))
         cpu_cap = max(cpus * hours - lost_cpu.get(arch, 0.0) / 3600.0, 0.0)
         arows.append({
             "arch": arch, "nodes": cap.nodes.get(arch, np.nan), "cpus": cpus, "jobs": int(r["jobs"]),
@@ -222,19 +227,21 @@ def utilisation(d: Derived, cap: Capacity, period: Period, edges: list[float],
     what = ("installed devices while their nodes could run jobs (down, drained and maintenance "
             "time taken off)" if outages else "installed devices")
     tables = [Table("utilisation_by_model", "Accelerators by model and architecture", by_model,
-                    note=f"capacity from {cap.source}: {what} over the {fmt.duration(period.seconds)} period"),
+                    note=f"capacity from {cap.source}: {what} over the "
+                         f"{fmt.duration(period.seconds)} period"),
               Table("utilisation_by_arch", "By architecture: CPUs and normalized units", by_arch)]
     notes = []
     if outages is not None:
         lost = lost_by_pool(outages, cap.devices, period.seconds)
         if len(lost) and float(lost["lost_device_hours"].sum()) > 0:
-            tables.append(Table("capacity_lost", "Capacity lost to down, drained and maintenance nodes, by pool",
+            tables.append(Table("capacity_lost",
+                                "Capacity lost to down, drained and maintenance nodes, by pool",
                                 lost[lost["lost_device_hours"] > 0].reset_index(drop=True)))
         if len(outages.rows):
+            spans = outages.rows.sort_values("lost_s", ascending=False, kind="stable").reset_index(drop=True)
+            spans["from"], spans["to"] = spans["from"].map(fmt_time), spans["to"].map(fmt_time)
             tables.append(Table("node_outages", "Node outages in the period (sacctmgr events, maintenance)",
-                                outages.rows.sort_values("lost_s", ascending=False, kind="stable")
-                                .reset_index(drop=True).assign(**{
-                                    "from": lambda f: f["from"].map(fmt_time), "to": lambda f: f["to"].map(fmt_time)})))
+                                spans))
         else:
             notes.append("no node was down, drained or in maintenance in the period")
     if cap.inventory:
@@ -440,7 +447,8 @@ def prediction(d: Derived, edges: list[float], default_limits: Mapping[str, floa
     fin = d.finished & (np.nan_to_num(d.num("runtime_s")) > 0)
     a, part, end = d.num("runtime_s", fin), d.text("partition", fin), d.num("end", fin)
     bucket = np.clip(np.searchsorted(np.asarray(edges), end, side="right") - 1, 0, len(edges) - 2)
-    rows, prow = [], []
+    rows: list[dict[str, Any]] = []
+    prow: list[dict[str, Any]] = []
     series: dict[str, Arr] = {}
     for label, col in ESTIMATORS:
         p = d.num(col, fin)
@@ -480,10 +488,13 @@ def prediction(d: Derived, edges: list[float], default_limits: Mapping[str, floa
         sec.notes.append("no finished job with both a runtime and an estimate in range"
                          + (f" (user estimate {rows[0]['note']})" if rows else ""))
         return sec
-    if len([r for r in rows if r["jobs"]]) == 1 and not any(r["estimator"].startswith("bridge") for r in rows):
+    if not any(r["jobs"] for r in rows if r["estimator"].startswith("bridge")):
         sec.notes.append("no runtime predictions recorded (pred in the admin comment): "
                          "showing the user's estimate only")
-    sec.tables += [Table("prediction_accuracy", "Accuracy: mean of min(p,a)/max(p,a)", pd.DataFrame(rows)),
+    table = pd.DataFrame(rows)
+    if not table["note"].astype(bool).any():  # a column of nothing is left out
+        table = table.drop(columns=["note"])
+    sec.tables += [Table("prediction_accuracy", "Accuracy: mean of min(p,a)/max(p,a)", table),
                    Table("prediction_by_partition", "Accuracy by partition", pd.DataFrame(prow))]
     sec.plots.append(Plot("prediction_time", "Prediction accuracy over time (by job end)", "lines",
                           pd.DataFrame(series, index=pd.Index(edges[:-1], name="time")), "accuracy",
