@@ -36,9 +36,13 @@ def parse_comment(text: str) -> dict[str, Any]:
 
 
 def merge_comment(current: str, add: dict[str, Any]) -> str:
-    """Deep-merge `add` into the JSON object in `current` (kept as "text" if not JSON)."""
+    """Deep-merge `add` into the JSON object in `current` (kept as "text" if not JSON).
+
+    >>> merge_comment("{}", {"a": 1}), merge_comment("", {"a": 1}), merge_comment("JS1:x", {"a": 1})
+    ('{"a":1}', '{"a":1}', '{"text":"JS1:x","a":1}')
+    """
     base = parse_comment(current)
-    if not base and current.strip():
+    if not base and current.strip() and current.strip().replace("`", '"') != "{}":
         base = {"text": current}
     return json.dumps(_merge(base, add), separators=(",", ":"))
 
