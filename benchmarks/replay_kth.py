@@ -67,6 +67,7 @@ def main() -> int:
     # Evenly spread, leaving the first tenth of the trace as history for the model.
     starts = [int(lo + (hi - lo) * (0.1 + 0.8 * (i + 0.5) / a.windows)) for i in range(a.windows)]
     base = a.workdir or Path(tempfile.mkdtemp(prefix="replay-kth-", dir="/var/tmp"))
+    base.mkdir(parents=True, exist_ok=True)
     os.chmod(base, 0o755)  # --users local: jobs of other users run in here
     ratios: list[float] = []
     print(f"KTH-SP2 replay: {a.windows} window(s) of {a.hours:g} h (+{a.warmup_hours:g} h warm-up, "
