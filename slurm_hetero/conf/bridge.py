@@ -13,6 +13,7 @@ from pathlib import Path
 
 from slurm_hetero.site.model import Site
 from slurm_hetero.site.pools import pools
+from slurm_hetero.site.tiers import tier_views
 
 # The bridge's logic is a data file of the bridge package (testable, lintable Lua).
 BRIDGE_LUA = Path(__file__).resolve().parent.parent / "bridge" / "bridge.lua"
@@ -21,7 +22,7 @@ SITE_TABLES: tuple[str, ...] = (
     "GRES_PREFIX", "SNAPSHOT_PATH", "SNAPSHOT_CHECK_S", "SNAPSHOT_STALE_S", "MODELS",
     "MODEL_GROUPS", "MODEL_ALIASES", "POOLS", "TIERS", "ENERGY", "GRES_PARTITIONS", "IMAGES",
     "IMAGE_TAGS", "GRES_STACKS", "MOUNT_ALLOW", "MOUNTS_VAR", "PREDICTED_LIMITS",
-    "PARTITION_LIMITS", "DEFAULT_PARTITION", "MODEL_LUA", "MIGRATE",
+    "PARTITION_LIMITS", "DEFAULT_PARTITION", "MODEL_LUA", "MIGRATE", "TIER_NOTES",
 )
 
 
@@ -44,6 +45,7 @@ def bridge_context(site: Site) -> dict[str, object]:
         "model_aliases": aliases,
         "pools": pools(site),
         "tiers": [q.name for q in site.qos],
+        "tier_notes": {v.name: f"hetero: tier {v.name}: {v.fate()}" for v in tier_views(site)},
         "policies": site.energy_policies,
         "site_table_names": SITE_TABLES,
         "bridge_lua": bridge_source().rstrip("\n"),

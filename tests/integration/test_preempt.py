@@ -155,3 +155,11 @@ def test_diamond_preempts_silver_which_resumes_from_its_checkpoint(
     assert latest and Path(latest).read_text() == f"{STEPS} {STEPS * (STEPS + 1) // 2}"
     assert wait_until(lambda: c.nodes()[NODE].state in ("idle", "mixed"), 60), c.nodes()[NODE]
     time.sleep(0.5)
+
+
+def test_sbatch_tells_the_user_what_the_tier_allows(cluster: Cluster) -> None:
+    from slurm_hetero.slurm.commands import sbatch_wrap_argv
+
+    r = cluster.runner.run(sbatch_wrap_argv(["--tier=silver", "-o", "/dev/null"], "true"))
+    assert "hetero: tier silver: preemptible by diamond, gold after 2m of run time" in r.stderr, r.stderr
+    wait_done(cluster.runner, [int(r.stdout.strip().split(";")[0])])

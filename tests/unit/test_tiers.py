@@ -196,3 +196,18 @@ def test_demo_tiers() -> None:
     r = CliRunner().invoke(main, ["tiers", str(demo)])
     assert r.exit_code == 0, r.output
     assert "silver: priority 100" in r.output and "preempted by: diamond, gold" in r.output
+
+
+def test_the_user_sees_what_the_tier_allows_at_submit(tmp_path: Path) -> None:
+    from slurm_hetero.bridge.luarun import JobSubmit
+    from slurm_hetero.site import load_site
+
+    site = load_site(Path(__file__).resolve().parents[2] / "site" / "demo" / "site.yaml")
+    js = JobSubmit(render_site(site, Profile(state_dir=str(tmp_path)))["job_submit.lua"])
+    assert js.submit({"tier": "silver"})[0] == 0
+    assert js.user_lines() == ["hetero: tier silver: preemptible by diamond, gold after 2m of run time: "
+                               "SIGTERM to its srun steps, 1m to checkpoint, then requeued (restarts later)"]
+    js.logs.clear()
+    assert js.submit({"tier": "diamond"})[0] == 0 and js.user_lines() == ["hetero: tier diamond: never preempted"]
+    js.logs.clear()
+    assert js.submit({}, qos="silver")[0] == 0 and js.user_lines() == []  # plain --qos: untouched
