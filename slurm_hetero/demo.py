@@ -155,6 +155,7 @@ def run_demo(site_path: Path, workdir: Path, console: Console) -> int:
 
     failed3 = run_container_demo(cluster, site, console, out_dir)
 
+    cluster.ship_energy()  # the jobs' energy now, not at the nodes' next health check
     report = sacct_report(site, runner, Period(started - 1, time.time(), True, True))
     path = write_html(report, cluster.workdir / "report.html")
     console.print(f"the accounting report of the demo's jobs: [bold]{path}[/bold]")

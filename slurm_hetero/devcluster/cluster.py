@@ -132,6 +132,7 @@ class ClusterMeta(TypedDict, total=False):
     # bridge (job_submit.lua, bridge daemon) is on. Absent: real time, bridge on.
     clock: dict[str, float]  # {"speed": K, "offset_s": OFF}
     bridge: bool
+    power: bool  # power saving on: a node's slurmd may be stopped (the node "asleep")
 
 
 @dataclass(frozen=True)
@@ -212,7 +213,7 @@ class Cluster:
         out += [Daemon(f"sampler {n}", self.run / f"sampler-{n}.pid", "node sample",
                        self.log / f"sampler-{n}.log") for n in self.info().get("sampled_nodes", [])]
         out += [Daemon(f"slurmd {n}", self.run / f"slurmd-{n}.pid", "slurmd",
-                       self.log / f"slurmd-{n}.log") for n in nodes]
+                       self.log / f"slurmd-{n}.log", supervised=bool(meta.get("power"))) for n in nodes]
         return out
 
     def daemon(self, name: str) -> Daemon | None:
@@ -275,6 +276,8 @@ class Cluster:
             meta["sampled_nodes"] = []
         if not bridge:
             meta["bridge"] = False
+        if site.power.enabled:
+            meta["power"] = True
         write_files({"cluster.json": json.dumps(meta, indent=1)}, self.workdir)
         self._write_confs(site, meta)
         self._start_munge()
@@ -297,9 +300,23 @@ class Cluster:
                          "--pidfile", str(self.run / f"sampler-{n}.pid")],
                         log=self.log / f"sampler-{n}.log")
         for n in nodes:
-            self._spawn(["slurmd", "-N", n])
+            self.start_slurmd(n)
         self._wait_idle(timeout - (time.monotonic() - t0))
         return time.monotonic() - t0
+
+    def start_slurmd(self, node: str, rebooted: bool = False) -> None:
+        """One node's slurmd; `rebooted`: report a fresh boot (-b), as a resumed node must."""
+        self._spawn(["slurmd", *(["-b"] if rebooted else []), "-N", node])
+
+    def ship_energy(self) -> int:
+        """Ship every node's spooled per-job figures into the accounting record now (the
+        health check does it each cycle; the demo and tests that read them at once call
+        this). Returns how many were written."""
+        from slurm_hetero.energy.ship import ship
+        from slurm_hetero.energy.state import AgentConfig, NodeState
+
+        cfg = AgentConfig.load(self.etc / "hetero-agent.json")
+        return sum(ship(self.runner, NodeState(cfg, n), n).written for n in self.info().get("nodes", []))
 
     def load_model(self, site: Site, model: Path | None) -> None:
         """Compile an exported runtime model into the running bridge (None: take it out).

@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import random
 import sys
 import time
 from collections.abc import Callable, Mapping
@@ -27,11 +26,11 @@ from typing import Any
 
 from slurm_hetero.energy.backends import open_devices
 from slurm_hetero.energy.devices import ControlUnsupported, DeviceInfo, DeviceLayer, Reading
+from slurm_hetero.energy.ship import ship, spool
 from slurm_hetero.energy.state import AgentConfig, NodeState, config_path
 from slurm_hetero.errors import RuntimeFailure
 from slurm_hetero.fileio import write_json_atomic as write_json
 from slurm_hetero.site.policies import EnergyPolicy
-from slurm_hetero.slurm.comment import db_comment_argv, merge_comment, parse_comment, set_db_comment_argv
 from slurm_hetero.slurm.hostlist import HostlistError, contains
 from slurm_hetero.slurm.parse import parse_slurm_time
 from slurm_hetero.slurm.runner import Runner
@@ -243,7 +242,9 @@ def epilog(cfg: AgentConfig, job_id: str, node: str) -> dict[str, Any] | None:
     if per_device:
         append_history(cfg, record, summary)
     if cfg.update_comment and per_device:
-        update_comment(job_id, node, summary)
+        # Into the accounting record later, in a batch with the node's other jobs (ship.py):
+        # the epilog itself asks Slurm nothing.
+        spool(st, job_id, node, summary)
     st.job_file(job_id).unlink(missing_ok=True)
     log.info("epilog job %s on %s: %s, %.0f ms", job_id, node, summary, (time.monotonic() - t0) * 1000)
     return summary
@@ -317,43 +318,6 @@ def append_history(cfg: AgentConfig, record: dict[str, Any], summary: dict[str, 
     cfg.history.parent.mkdir(parents=True, exist_ok=True)
     with open(cfg.history, "a") as f:  # one short line per job: O_APPEND keeps lines whole
         f.write(line + "\n")
-
-
-def update_comment(job_id: str, node: str, summary: dict[str, Any]) -> None:
-    """Merge this node's figures into the accounting record's admin comment.
-
-    The job has ended when Epilog runs, so scontrol may no longer change it: sacctmgr does.
-    Start from the bridge's decision (slurmctld still holds the job) merged with what the
-    database has. The nodes of a multi-node job end together and each writes the whole
-    comment (sacctmgr has no compare-and-set), so a node that read before another wrote
-    can drop that node's entry: each node waits longer than a read-and-write takes, reads
-    again and writes again while its own entry is missing. This narrows the window, it does
-    not close it: a node whose read-and-write is much slower than another's wait can still
-    erase that node's entry after the other has checked (best effort; no single writer)."""
-    try:
-        view: JobView | None = job_view(job_id, node)
-    except RuntimeFailure:
-        view = None
-    ctld = parse_comment(view.admin_comment) if view else {}
-    mine = {"node_energy": {node: summary}}
-    multi = view is None or view.num_nodes > 1  # only then can another node write too
-    for _ in range(6 if multi else 1):
-        t0 = time.monotonic()
-        db = db_comment(job_id) if multi else ""
-        merged = merge_comment(merge_comment(db, ctld), mine)
-        SLURM.run(set_db_comment_argv(job_id, merged))
-        if not multi:
-            return
-        time.sleep(max(0.5, 3 * (time.monotonic() - t0)) * random.uniform(1.0, 1.5))
-        if node in parse_comment(db_comment(job_id)).get("node_energy", {}):
-            return
-        log.info("job %s: another node's write dropped %s's figures; writing again", job_id, node)
-    log.warning("job %s: %s's figures did not stay in the admin comment", job_id, node)
-
-
-def db_comment(job_id: str) -> str:
-    r = SLURM.run(db_comment_argv(job_id), check=False)
-    return r.stdout.strip().splitlines()[0] if r.returncode == 0 and r.stdout.strip() else ""
 
 
 ACTIVE_STATES = {"RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED", "STOPPED"}
@@ -481,6 +445,10 @@ def _entry(which: str) -> int:
             done = restore(cfg, node, lambda job: job_holds_devices(job, node), job_gone)
             if done:
                 log.info("restore on %s: %s", node, ", ".join(done))
+            if cfg.update_comment:
+                shipped = ship(SLURM, NodeState(cfg, node), node)
+                if shipped.written or shipped.dropped:
+                    log.info("shipped on %s: %s", node, shipped)
         elif job_id and node:
             (prolog if which == "prolog" else epilog)(cfg, job_id, node)
     except Exception as e:  # never fail the job or drain the node for the agent's sake

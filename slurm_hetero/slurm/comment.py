@@ -69,3 +69,50 @@ def set_db_comment_argv(job_id: str, comment: str) -> list[str]:
     if "\n" in comment or len(comment) > MAX_COMMENT:
         raise ValueError("an admin comment is one line under 64 KiB")
     return ["sacctmgr", "-i", "modify", "job", "where", f"jobid={job_id}", "set", f"AdminComment={comment}"]
+
+
+def db_comments_argv(job_ids: list[str]) -> list[str]:
+    """One sacct for the admin comments of many ended jobs (allocation lines only)."""
+    bad = [j for j in job_ids if not j.isdigit()]
+    if bad or not job_ids:
+        raise ValueError(f"job ids must be numbers: {bad[:1] or 'none given'}")
+    return ["sacct", "-X", "-n", "-P", "-j", ",".join(job_ids), "-o", "JobID,AdminComment"]
+
+
+def parse_db_comments(text: str) -> dict[str, str]:
+    r"""{job id: admin comment} from `db_comments_argv` output; the id comes first and has no
+    `|`, so a comment holding one stays whole. Lines of another shape are skipped.
+
+    >>> parse_db_comments("12|{`a`:1}\n13|\n14_2|x\nnoise\n15|a|b\n")
+    {'12': '{`a`:1}', '13': '', '15': 'a|b'}
+    """
+    out = {}
+    for line in text.splitlines():
+        job, sep, comment = line.partition("|")
+        if sep and job.isdigit():
+            out[job] = comment
+    return out
+
+
+def sits_on_a_line(comment: str) -> bool:
+    """Can sacctmgr's command-line parser read this value from a line of its stdin as one
+    word? Our JSON (no spaces outside strings) can, unless a string holds a quote of its own
+    (escaped: a backslash) or a line break; those go one argv each."""
+    return not any(c in comment for c in "\\'\n\r") and len(comment) <= MAX_COMMENT
+
+
+def batch_comment_input(updates: list[tuple[str, str]]) -> tuple[list[str], str]:
+    r"""(argv, stdin) of one `sacctmgr -i` session writing many jobs' admin comments.
+
+    >>> argv, text = batch_comment_input([("7", '{"a":"x y"}'), ("8", "{}")])
+    >>> argv, text.splitlines()[1]
+    (['sacctmgr', '-i'], 'modify job where jobid=8 set AdminComment={}')
+    >>> text.splitlines()[0]
+    'modify job where jobid=7 set AdminComment={"a":"x y"}'
+    """
+    lines = []
+    for job, comment in updates:
+        if not job.isdigit() or not sits_on_a_line(comment):
+            raise ValueError(f"job {job!r}: not a comment for a sacctmgr line")
+        lines.append(f"modify job where jobid={job} set AdminComment={comment}\n")
+    return ["sacctmgr", "-i"], "".join(lines)

@@ -78,8 +78,9 @@ def test_policy_applied_metered_and_restored(cluster: Cluster, options: list[str
     row = sacct_jobs(cluster.runner, [jid], ["JobID", "State", "AdminComment", "End", "Partition"],
                      require=["AdminComment"])[jid]
     comment = parse_comment(row["AdminComment"])
-    deadline = time.monotonic() + 15
-    while "node_energy" not in comment and time.monotonic() < deadline:  # the epilog's update
+    # The health check ships the epilog's figures (every node within its 20 s cycle here).
+    deadline = time.monotonic() + 60
+    while "node_energy" not in comment and time.monotonic() < deadline:
         time.sleep(0.5)
         comment = parse_comment(sacct_jobs(cluster.runner, [jid], ["JobID", "AdminComment", "End",
                                                                    "Partition"])[jid]["AdminComment"])
@@ -122,11 +123,12 @@ def test_auto_picks_efficiency_for_a_job_that_kept_its_gpus_idle(cluster: Cluste
 
 
 def test_every_node_of_a_multinode_job_keeps_its_figures(cluster: Cluster) -> None:
-    """Both nodes' epilogs end at once and each rewrites the whole admin comment."""
+    """Both nodes ship their figures, each rewriting the whole admin comment; an entry the
+    other node's write dropped is written again at the next round."""
     jids = [submit(cluster.runner, ["--accel=a100-80gb:1", "-N", "2", "--energy=balanced",
                                     "-o", "/dev/null"], "sleep 2") for _ in range(3)]
     wait_done(cluster.runner, jids)
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + 90
     while True:
         rows = sacct_jobs(cluster.runner, jids, ["JobID", "AdminComment", "NodeList", "End"],
                           require=["AdminComment"])

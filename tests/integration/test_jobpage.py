@@ -76,8 +76,8 @@ def test_gpu_job_page(cluster: Cluster, tmp_path: Path) -> None:
         pytest.fail(cluster.runner.out(["scontrol", "show", "job", str(jid)], check=False)
                     + cluster.runner.out(["sstat", "-j", str(jid), "-P", "-o", "JobID,AveCPU,MaxRSS"], check=False))
     fields = ["JobID", "State", "ElapsedRaw", "NCPUS", "AllocTRES", "End", "Partition", "AdminComment"]
-    deadline = time.monotonic() + 30
-    while True:  # the epilog writes the node agent's figures after the end
+    deadline = time.monotonic() + 60
+    while True:  # the health check ships the node agent's figures after the end
         row = sacct_jobs(cluster.runner, [jid], fields, require=["AdminComment"])[jid]
         if "node_energy" in parse_comment(row["AdminComment"]):
             break

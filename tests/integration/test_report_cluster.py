@@ -75,6 +75,8 @@ def ran(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
     try:
         wait_done(cluster.runner, ids, timeout=120)
         sacct_jobs(cluster.runner, ids)  # until slurmdbd has recorded their end
+        cluster.ship_energy()  # the node agent's figures, without waiting for the health check
+        sacct_jobs(cluster.runner, ids)
         time.sleep(1.1)
         until = datetime.fromtimestamp(time.time()).strftime(ISO)
         args = ["--since", since, "--until", until, "--cache-dir", str(out / "cache")]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import time
 from pathlib import Path
@@ -11,11 +12,11 @@ from typing import Any
 import pytest
 
 from slurm_hetero.conf import Profile, render_site
-from slurm_hetero.energy import agent
+from slurm_hetero.energy import agent, ship
 from slurm_hetero.energy.backends import open_devices
 from slurm_hetero.energy.fake import FakeDevices
 from slurm_hetero.energy.npusmi import parse_npu_smi_info
-from slurm_hetero.energy.state import AgentConfig
+from slurm_hetero.energy.state import AgentConfig, NodeState
 from slurm_hetero.errors import InputError, RuntimeFailure
 from slurm_hetero.site import load_site, load_site_text
 from slurm_hetero.site.load import SiteError
@@ -126,14 +127,39 @@ def cfg(tmp_path: Path) -> AgentConfig:
 
 @pytest.fixture
 def jobs(monkeypatch: pytest.MonkeyPatch) -> dict[str, agent.JobView]:
-    """Stand-in for `scontrol show job -d` and the accounting update (unit tests only)."""
+    """Stand-in for `scontrol show job -d` (unit tests only)."""
     table: dict[str, agent.JobView] = {}
-    comments: dict[str, str] = {}
     monkeypatch.setattr(agent, "job_view", lambda job_id, node: table[job_id])
-    monkeypatch.setattr(agent, "update_comment", lambda job_id, node, summary: comments.update(
-        {job_id: merge_comment(table[job_id].admin_comment, {"node_energy": {node: summary}})}))
-    table["comments"] = comments  # type: ignore[assignment]
     return table
+
+
+class FakeDb:
+    """slurmdbd's admin comments behind sacct and sacctmgr (which stores `"` as a backquote),
+    by command, for the shipper (unit-test fake)."""
+
+    def __init__(self, comments: dict[str, str]) -> None:
+        self.comments = dict(comments)
+        self.calls: list[list[str]] = []
+
+    def out(self, argv: list[str], **kw: Any) -> str:
+        return self.run(argv).stdout
+
+    def run(self, argv: list[str], check: bool = True, input: str | None = None,
+            **_: Any) -> subprocess.CompletedProcess[str]:
+        self.calls.append(argv)
+        if argv[0] == "sacct":
+            ids = argv[argv.index("-j") + 1].split(",")
+            return subprocess.CompletedProcess(
+                argv, 0, "".join(f"{j}|{self.comments[j]}\n" for j in ids if j in self.comments), "")
+        if argv == ["sacctmgr", "-i"]:
+            for line in (input or "").splitlines():
+                m = re.fullmatch(r"modify job where jobid=(\d+) set AdminComment=(.*)", line)
+                assert m, line
+                self.comments[m.group(1)] = m.group(2).replace('"', "`")
+        else:
+            assert argv[:5] == ["sacctmgr", "-i", "modify", "job", "where"], argv
+            self.comments[argv[5].removeprefix("jobid=")] = argv[-1].removeprefix("AdminComment=").replace('"', "`")
+        return subprocess.CompletedProcess(argv, 0, "", "")
 
 
 def fake(cfg: AgentConfig) -> FakeDevices:
@@ -161,11 +187,20 @@ def test_policy_applied_to_allocated_devices_only_then_restored(cfg: AgentConfig
     assert [d["idx"] for d in summary["devices"]] == [2, 5]
     assert all(dev.state(i)["limit_w"] == 700 and dev.state(i)["clock_level"] == "default"
                for i in range(8))
-    merged = parse_comment(jobs["comments"]["1"])
+    assert not list((cfg.state_dir / "g01").glob("*.json"))
+    # The epilog asked Slurm nothing; the health check's shipper writes the figures.
+    db = FakeDb({"1": jobs["1"].admin_comment.replace('"', "`")})
+    st = NodeState(cfg, "g01")
+    assert ship.ship(db, st, "g01").written == 1  # type: ignore[arg-type]
+    merged = parse_comment(db.comments["1"])
     assert merged["hetero"] == 1 and merged["node_energy"]["g01"]["util"] == 0.3
     # the fake draws default x load = 210 W, under the 420 W cap: 0.3 of the default limit
     assert merged["node_energy"]["g01"]["power_frac"] == pytest.approx(0.3, abs=0.02)
-    assert not list((cfg.state_dir / "g01").glob("*.json"))
+    assert [c[0] for c in db.calls] == ["sacct", "sacctmgr"]
+    # Read back next round: the spool entry goes, and nothing more is written.
+    assert ship.ship(db, st, "g01").confirmed == 1  # type: ignore[arg-type]
+    assert not list(ship.spool_dir(st).iterdir()) and [c[0] for c in db.calls[2:]] == ["sacct"]
+    assert ship.ship(db, st, "g01") == ship.Shipped() and len(db.calls) == 3  # nothing spooled: no call
 
 
 def test_no_policy_still_meters(cfg: AgentConfig, jobs: dict[str, Any]) -> None:
@@ -301,27 +336,38 @@ def test_cannot_tell_is_not_gone(monkeypatch: pytest.MonkeyPatch) -> None:
     assert agent.job_gone("7")
 
 
-def test_multinode_comment_written_again_when_another_node_dropped_it(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Node n2 read before n1 wrote, then wrote over n1's entry: n1 sees that and writes again."""
-    db = {"comment": ""}
-    writes: list[str] = []
+def test_a_multinode_jobs_dropped_entry_is_written_again_next_round(tmp_path: Path) -> None:
+    """Nodes n1 and n2 of one job ship their figures; n2's write, based on what it read
+    before n1 wrote, drops n1's entry: n1 sees that next round and writes again."""
+    cfg = AgentConfig(state_dir=tmp_path, history=tmp_path / "h.jsonl", groups=[], policies={},
+                      auto=AutoRule())
+    st1, st2 = NodeState(cfg, "n1"), NodeState(cfg, "n2")
+    ship.spool(st1, "9", "n1", {"energy_j": 1})
+    ship.spool(st2, "9", "n2", {"energy_j": 2})
+    db = FakeDb({"9": "{`hetero`:1}"})
+    read_before = db.comments["9"]
+    ship.ship(db, st1, "n1")  # type: ignore[arg-type]
+    db.comments["9"] = merge_comment(read_before, {"node_energy": {"n2": {"energy_j": 2}}}).replace('"', "`")
+    assert ship.ship(db, st1, "n1").written == 1  # type: ignore[arg-type]
+    assert ship.ship(db, st2, "n2").confirmed == 1  # type: ignore[arg-type]
+    assert ship.ship(db, st1, "n1").confirmed == 1  # type: ignore[arg-type]
+    assert parse_comment(db.comments["9"])["node_energy"] == {"n1": {"energy_j": 1}, "n2": {"energy_j": 2}}
 
-    class Db(ScriptedSlurm):
-        def run(self, argv: list[str], check: bool = True, **_: Any) -> subprocess.CompletedProcess[str]:
-            self.calls.append(argv)
-            if argv[0] == "sacct":
-                return subprocess.CompletedProcess(argv, 0, db["comment"].replace('"', "`") + "\n", "")
-            value = argv[-1].removeprefix("AdminComment=")
-            writes.append(value)
-            db["comment"] = value
-            if len(writes) == 1:  # n2's stale write lands right after n1's first one
-                db["comment"] = merge_comment('{"hetero":1}', {"node_energy": {"n2": {"energy_j": 2}}})
-            return subprocess.CompletedProcess(argv, 0, "", "")
 
-    monkeypatch.setattr(agent, "SLURM", Db({}))
-    monkeypatch.setattr(agent, "job_view", lambda job_id, node: agent.JobView(
-        job_id, "alice", "train", '{"hetero":1}', {"gpu": [0]}, num_nodes=2))
-    monkeypatch.setattr(agent.time, "sleep", lambda s: None)
-    agent.update_comment("9", "n1", {"energy_j": 1})
-    assert len(writes) == 2
-    assert parse_comment(db["comment"])["node_energy"] == {"n1": {"energy_j": 1}, "n2": {"energy_j": 2}}
+def test_shipping_waits_for_the_database_and_batches_what_a_line_can_carry(tmp_path: Path) -> None:
+    cfg = AgentConfig(state_dir=tmp_path, history=tmp_path / "h.jsonl", groups=[], policies={},
+                      auto=AutoRule())
+    st = NodeState(cfg, "n1")
+    for j in ("1", "2", "3"):
+        ship.spool(st, j, "n1", {"energy_j": int(j)})
+    # Job 3 is not in the accounting database yet; job 2's comment holds an admin's text
+    # with a quote, which sacctmgr's line parser would misread: it goes as one argv.
+    db = FakeDb({"1": "", "2": "note: 'keep'"})
+    done = ship.ship(db, st, "n1")  # type: ignore[arg-type]
+    assert (done.written, done.waiting) == (2, 1)
+    assert [c[:2] for c in db.calls] == [["sacct", "-X"], ["sacctmgr", "-i"], ["sacctmgr", "-i"]]
+    assert len(db.calls[2]) > 2  # the argv form
+    assert parse_comment(db.comments["2"]) == {"text": "note: 'keep'", "node_energy": {"n1": {"energy_j": 2}}}
+    # A week later job 3 is still unknown: its figures go, with a warning.
+    assert ship.ship(db, st, "n1", now=time.time() + 8 * 86400).dropped == 1  # type: ignore[arg-type]
+    assert sorted(p.name for p in ship.spool_dir(st).iterdir()) == []

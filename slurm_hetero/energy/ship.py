@@ -1,0 +1,110 @@
+"""Per-job figures from the node into the accounting record, in batches, off the job's path.
+
+The epilog asks Slurm nothing: it writes what the node measured for the job to a local
+spool file (`<state>/<node>/spool/<job>.json`) and returns. The shipper, run by the node's
+health check (Slurm's HealthCheckProgram, every node in turn), takes every spooled job at
+once: one `sacct` reads their admin comments, one `sacctmgr` session (its commands on
+stdin) writes the merged ones. A spool file goes only once a later round reads this node's
+figures back from the database, so a write another node of the same job overwrote (the
+comment is one field, and sacctmgr has no compare-and-set) is written again next round:
+what a multi-node job's nodes race for heals instead of being lost. Jobs the database does
+not know yet wait for the next round; a spool entry no round could place in a week goes.
+
+Per job and node that is no RPC in the prolog/epilog beyond the prolog's one `scontrol`,
+and per node and round two commands whatever the number of jobs.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from slurm_hetero.energy.state import NodeState
+from slurm_hetero.fileio import write_json_atomic
+from slurm_hetero.slurm.comment import (
+    batch_comment_input,
+    db_comments_argv,
+    merge_comment,
+    parse_comment,
+    parse_db_comments,
+    set_db_comment_argv,
+    sits_on_a_line,
+)
+from slurm_hetero.slurm.runner import Runner
+
+log = logging.getLogger("slurm_hetero.agent")
+
+BATCH = 500  # jobs per round: one sacct -j list and one sacctmgr session
+MAX_AGE_S = 7 * 86_400
+
+
+@dataclass
+class Shipped:
+    written: int = 0
+    confirmed: int = 0
+    waiting: int = 0  # not in the accounting database yet
+    dropped: int = 0
+
+
+def spool_dir(st: NodeState) -> Path:
+    return st.dir / "spool"
+
+
+def spool(st: NodeState, job_id: str, node: str, summary: dict[str, Any]) -> None:
+    d = spool_dir(st)
+    d.mkdir(exist_ok=True)
+    record = {"job": job_id, "node": node, "summary": summary, "t": time.time()}
+    write_json_atomic(d / f"{job_id}.json", record)
+
+
+def _entries(st: NodeState) -> list[tuple[str, dict[str, Any], Path]]:
+    out = []
+    for f in sorted(spool_dir(st).glob("*.json"), key=lambda p: p.stat().st_mtime)[:BATCH]:
+        try:
+            rec = json.loads(f.read_text())
+        except (OSError, ValueError):
+            log.warning("spool %s unreadable: dropped", f.name)
+            f.unlink(missing_ok=True)
+            continue
+        if isinstance(rec, dict) and str(rec.get("job", "")).isdigit() and f.stem == rec["job"]:
+            out.append((rec["job"], rec, f))
+    return out
+
+
+def ship(runner: Runner, st: NodeState, node: str, now: float | None = None) -> Shipped:
+    """One round for one node (see the module's docstring)."""
+    now = time.time() if now is None else now
+    entries = _entries(st) if spool_dir(st).is_dir() else []
+    done = Shipped()
+    if not entries:
+        return done
+    comments = parse_db_comments(runner.out(db_comments_argv([j for j, _, _ in entries])))
+    lines: list[tuple[str, str]] = []
+    for job, rec, path in entries:
+        if job not in comments:
+            if now - float(rec.get("t", now)) > MAX_AGE_S:
+                log.warning("job %s: no accounting record in a week; %s's figures dropped", job, node)
+                path.unlink(missing_ok=True)
+                done.dropped += 1
+            else:
+                done.waiting += 1
+            continue
+        current = comments[job]
+        if parse_comment(current).get("node_energy", {}).get(node) == rec["summary"]:
+            path.unlink(missing_ok=True)  # read back: it stays
+            done.confirmed += 1
+            continue
+        lines.append((job, merge_comment(current, {"node_energy": {node: rec["summary"]}})))
+    batch = [(j, c) for j, c in lines if sits_on_a_line(c)]
+    if batch:
+        argv, text = batch_comment_input(batch)
+        runner.run(argv, input=text)
+    for job, comment in lines:  # what sacctmgr's line parser could misread: one argv each
+        if not sits_on_a_line(comment):
+            runner.run(set_db_comment_argv(job, comment), check=False)
+    done.written = len(lines)
+    return done
