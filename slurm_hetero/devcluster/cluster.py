@@ -316,7 +316,9 @@ class Cluster:
         from slurm_hetero.energy.state import AgentConfig, NodeState
 
         cfg = AgentConfig.load(self.etc / "hetero-agent.json")
-        return sum(ship(self.runner, NodeState(cfg, n), n).written for n in self.info().get("nodes", []))
+        # One node after the other from here: no health checks at once to spread out.
+        return sum(ship(self.runner, NodeState(cfg, n), n, sleep=lambda _: None).written
+                   for n in self.info().get("nodes", []))
 
     def load_model(self, site: Site, model: Path | None) -> None:
         """Compile an exported runtime model into the running bridge (None: take it out).

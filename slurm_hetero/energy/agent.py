@@ -167,7 +167,8 @@ def prolog(cfg: AgentConfig, job_id: str, node: str) -> dict[str, Any]:
     spec = cfg.devices_for(node)
     job = job_view(job_id, node)
     st = NodeState(cfg, node)
-    record: dict[str, Any] = {"job": job_id, "user": job.user, "name": job.name, "devices": []}
+    record: dict[str, Any] = {"job": job_id, "user": job.user, "name": job.name, "devices": [],
+                              "nodes": job.num_nodes}
     if spec is None or not job.devices:
         write_json(st.job_file(job_id), record)
         return record
@@ -244,7 +245,7 @@ def epilog(cfg: AgentConfig, job_id: str, node: str) -> dict[str, Any] | None:
     if cfg.update_comment and per_device:
         # Into the accounting record later, in a batch with the node's other jobs (ship.py):
         # the epilog itself asks Slurm nothing.
-        spool(st, job_id, node, summary)
+        spool(st, job_id, node, summary, nodes=int(record.get("nodes") or 1))
     st.job_file(job_id).unlink(missing_ok=True)
     log.info("epilog job %s on %s: %s, %.0f ms", job_id, node, summary, (time.monotonic() - t0) * 1000)
     return summary

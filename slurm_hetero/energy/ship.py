@@ -7,8 +7,12 @@ once: one `sacct` reads their admin comments, one `sacctmgr` session (its comman
 stdin) writes the merged ones. A spool file goes only once a later round reads this node's
 figures back from the database, so a write another node of the same job overwrote (the
 comment is one field, and sacctmgr has no compare-and-set) is written again next round:
-what a multi-node job's nodes race for heals instead of being lost. Jobs the database does
-not know yet wait for the next round; a spool entry no round could place in a week goes.
+what a multi-node job's nodes race for heals instead of being lost. Slurm runs the health
+checks of many nodes at the same moment, so a round with a multi-node job's figures first
+waits a random while (up to a quarter second per node of the job, at most 20 s): the
+nodes' read-and-writes (~0.2 s each) then mostly follow one another, and what still
+collides is written again next round. Jobs the database does not know yet wait for the
+next round; a spool entry no round could place in a week goes.
 
 Per job and node that is no RPC in the prolog/epilog beyond the prolog's one `scontrol`,
 and per node and round two commands whatever the number of jobs.
@@ -18,7 +22,9 @@ from __future__ import annotations
 
 import json
 import logging
+import random
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,6 +46,8 @@ log = logging.getLogger("slurm_hetero.agent")
 
 BATCH = 500  # jobs per round: one sacct -j list and one sacctmgr session
 MAX_AGE_S = 7 * 86_400
+JITTER_PER_NODE_S = 0.25
+MAX_JITTER_S = 20.0  # well inside the health check's own time limit
 
 
 @dataclass
@@ -54,10 +62,10 @@ def spool_dir(st: NodeState) -> Path:
     return st.dir / "spool"
 
 
-def spool(st: NodeState, job_id: str, node: str, summary: dict[str, Any]) -> None:
+def spool(st: NodeState, job_id: str, node: str, summary: dict[str, Any], nodes: int = 1) -> None:
     d = spool_dir(st)
     d.mkdir(exist_ok=True)
-    record = {"job": job_id, "node": node, "summary": summary, "t": time.time()}
+    record = {"job": job_id, "node": node, "summary": summary, "t": time.time(), "nodes": nodes}
     write_json_atomic(d / f"{job_id}.json", record)
 
 
@@ -75,13 +83,17 @@ def _entries(st: NodeState) -> list[tuple[str, dict[str, Any], Path]]:
     return out
 
 
-def ship(runner: Runner, st: NodeState, node: str, now: float | None = None) -> Shipped:
+def ship(runner: Runner, st: NodeState, node: str, now: float | None = None,
+         sleep: Callable[[float], None] = time.sleep) -> Shipped:
     """One round for one node (see the module's docstring)."""
     now = time.time() if now is None else now
     entries = _entries(st) if spool_dir(st).is_dir() else []
     done = Shipped()
     if not entries:
         return done
+    widest = max(int(rec.get("nodes") or 1) for _, rec, _ in entries)
+    if widest > 1:
+        sleep(random.uniform(0, min(MAX_JITTER_S, JITTER_PER_NODE_S * widest)))
     comments = parse_db_comments(runner.out(db_comments_argv([j for j, _, _ in entries])))
     lines: list[tuple[str, str]] = []
     for job, rec, path in entries:

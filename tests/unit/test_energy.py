@@ -342,15 +342,19 @@ def test_a_multinode_jobs_dropped_entry_is_written_again_next_round(tmp_path: Pa
     cfg = AgentConfig(state_dir=tmp_path, history=tmp_path / "h.jsonl", groups=[], policies={},
                       auto=AutoRule())
     st1, st2 = NodeState(cfg, "n1"), NodeState(cfg, "n2")
-    ship.spool(st1, "9", "n1", {"energy_j": 1})
-    ship.spool(st2, "9", "n2", {"energy_j": 2})
+    ship.spool(st1, "9", "n1", {"energy_j": 1}, nodes=2)
+    ship.spool(st2, "9", "n2", {"energy_j": 2}, nodes=2)
     db = FakeDb({"9": "{`hetero`:1}"})
     read_before = db.comments["9"]
-    ship.ship(db, st1, "n1")  # type: ignore[arg-type]
+    waits: list[float] = []
+    ship.ship(db, st1, "n1", sleep=waits.append)  # type: ignore[arg-type]
+    # Nodes of one job whose health checks run at once spread their read-and-writes out.
+    assert len(waits) == 1 and 0 <= waits[0] <= 2 * ship.JITTER_PER_NODE_S
     db.comments["9"] = merge_comment(read_before, {"node_energy": {"n2": {"energy_j": 2}}}).replace('"', "`")
-    assert ship.ship(db, st1, "n1").written == 1  # type: ignore[arg-type]
-    assert ship.ship(db, st2, "n2").confirmed == 1  # type: ignore[arg-type]
-    assert ship.ship(db, st1, "n1").confirmed == 1  # type: ignore[arg-type]
+    nap = waits.append
+    assert ship.ship(db, st1, "n1", sleep=nap).written == 1  # type: ignore[arg-type]
+    assert ship.ship(db, st2, "n2", sleep=nap).confirmed == 1  # type: ignore[arg-type]
+    assert ship.ship(db, st1, "n1", sleep=nap).confirmed == 1  # type: ignore[arg-type]
     assert parse_comment(db.comments["9"])["node_energy"] == {"n1": {"energy_j": 1}, "n2": {"energy_j": 2}}
 
 
