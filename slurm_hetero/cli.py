@@ -332,6 +332,9 @@ main.add_command(container)
 main.add_command(model)
 main.add_command(forecast)
 main.add_command(checkpoint)
+from slurm_hetero.power.cli import power  # noqa: E402 - beside its registration: one edit
+
+main.add_command(power)
 main.add_command(cluster_exporter, "exporter")
 node.add_command(node_exporter, "exporter")
 

@@ -55,6 +55,12 @@ HOSTS = {"job_submit.lua": "controller", "qos.sacctmgr": "controller", "hetero-b
 # ClusterShell folds hostlist terms in quadratic time: beyond this many, list them as given.
 FOLD_TERMS_MAX = 64
 MODES = {"hetero-taskprolog": 0o755, "hetero-healthcheck": 0o755}  # besides write_files' 0644
+# power saving (site power: enabled): Slurm's Suspend/Resume/ResumeFailProgram, on the controller.
+POWER_PROGRAMS = {"hetero-power-suspend": ("suspend", "SuspendProgram"),
+                  "hetero-power-resume": ("resume", "ResumeProgram"),
+                  "hetero-power-resume-failed": ("resume-failed", "ResumeFailProgram")}
+MODES.update({name: 0o755 for name in POWER_PROGRAMS})
+HOSTS.update({name: "controller" for name in POWER_PROGRAMS})
 STACK_DEVICES = {"cuda": "nvml", "rocm": "amdsmi", "cann": "npu-smi"}
 # npu-smi reports power and use only "now": `node sample` keeps the counters (energy/sampler.py)
 # there, and wherever the site asks (node_agent.sample_stacks, e.g. cuda for whole-job use).
@@ -174,6 +180,10 @@ def render_site(site: Site, profile: Profile | None = None) -> dict[str, str]:
         files["gres.conf"] = with_kept_gres_lines(files["gres.conf"], site.slurm.gres_lines)
     files = {name: files[name] for name in OUTPUTS}  # in OUTPUTS' order
     files["hetero-agent.json"] = agent_config(site, profile)
+    if site.power.enabled:
+        for name, (action, slot) in POWER_PROGRAMS.items():
+            files[name] = env.get_template("hetero-power.j2").render(
+                site=site, profile=profile, action=action, slot=slot)
     if site.path is not None:  # the bridge daemon's unit reads it from the same folder
         files[SITE_COPY] = Path(site.path).read_text(encoding="utf-8")
     return files

@@ -18,7 +18,7 @@ FLOORS: dict[str, int] = {
     "slurm": 2,
     "site": 3,
     "jobs": 4,
-    "conf": 5, "predict": 5,
+    "conf": 5, "predict": 5, "power": 5,
     "bridge": 6, "energy": 6, "containers": 6, "checkpoint": 6,
     "monitor": 7, "reports": 7, "replay": 7, "forecast": 7,
     "devcluster": 8,

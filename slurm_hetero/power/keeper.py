@@ -1,0 +1,81 @@
+"""The keeper: once a minute (the bridge daemon calls it each round; it throttles itself),
+wake the sleeping nodes the forecast will need and power down the idle ones it will not.
+
+It is the only thing that powers nodes down (Slurm's own SuspendTime is INFINITE on every
+partition, see the package docstring), so a keeper that is not running lets nothing sleep:
+the safe way to fail. Slurm still wakes any sleeping node a job is given.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+
+from slurm_hetero.errors import RuntimeFailure
+from slurm_hetero.power import rules
+from slurm_hetero.power.states import parse_busy, parse_nodes, parse_reservations
+from slurm_hetero.site.model import Site
+from slurm_hetero.slurm.commands import (
+    busy_nodes_argv,
+    node_power_argv,
+    nodes_oneliner_argv,
+    reservations_oneliner_argv,
+)
+from slurm_hetero.slurm.runner import Runner
+
+Log = Callable[[str], None]
+KEEP_EVERY_S = 60.0
+
+
+def keep_every(site: Site) -> float:
+    """A minute, or half of suspend_time when that is shorter (at least 5 s)."""
+    return max(5.0, min(KEEP_EVERY_S, site.power.suspend_time / 2))
+
+
+class Keeper:
+    def __init__(self, site: Site, runner: Runner, log: Log = print,
+                 clock: Callable[[], float] = time.time, every: float | None = None):
+        self.site, self.runner, self.log, self.clock = site, runner, log, clock
+        self.every = keep_every(site) if every is None else every
+        self.last = -math.inf
+        self.last_plan: rules.Plan | None = None
+
+    def plan(self, forecast: rules.Forecast | None) -> rules.Plan:
+        now = self.clock()
+        states = parse_nodes(self.runner.out(nodes_oneliner_argv()))
+        busy = parse_busy(self.runner.out(busy_nodes_argv()))
+        resv = parse_reservations(self.runner.out(reservations_oneliner_argv()))
+        held = rules.reserved(resv, now, rules.lead_s(self.site))
+        return rules.plan(self.site, states, busy, held, forecast, now)
+
+    def round(self, forecast: rules.Forecast | None) -> rules.Plan | None:
+        """One keeper round if due; never raises (power saving is advice to the heartbeat)."""
+        if not self.site.power.enabled or time.monotonic() - self.last < self.every:
+            return None
+        self.last = time.monotonic()
+        try:
+            p = self.plan(forecast)
+            self.apply(p)
+        except RuntimeFailure as e:
+            self.log(f"power: round skipped: {e}")
+            return None
+        except Exception as e:  # a bug costs a round of power saving, never the bridge's heartbeat
+            self.log(f"power: round failed: {type(e).__name__}: {e}")
+            return None
+        self.last_plan = p
+        return p
+
+    def apply(self, p: rules.Plan) -> None:
+        for state, nodes in (("power_up", p.wake), ("power_down", p.sleep)):
+            if not nodes:
+                continue
+            r = self.runner.run(node_power_argv(nodes, state), check=False)
+            ok = r.returncode == 0
+            why = "" if ok else f": {str(r.stderr or r.stdout).strip()[:200]}"
+            for pp in p.pools:
+                mine = pp.wake if state == "power_up" else pp.sleep
+                if mine:
+                    self.log(f"power: {state} {','.join(mine)} ({pp.pool}: need {pp.need:g}, running "
+                             f"{pp.running:g}, idle {pp.idle}, keep {pp.keep_idle})"
+                             + ("" if ok else " failed" + why))
