@@ -9,9 +9,13 @@ Arms (held submissions `sbatch -H -Q -o /dev/null --wrap true`, same cluster):
           what the same job costs Slurm without the bridge;
   bridge: the SPANK plugin and the full generated job_submit.lua (fresh snapshot, runtime
           model compiled in with a history table of --users users), asking
-          `--accel=any:2 --tier=gold --energy=balanced`.
-Each round runs every arm once (the order rotates), in batches of --batch submissions, with
-one submitter and with --concurrent submitters. slurmctld re-reads job_submit.lua when its
+          `--accel=any:2 --tier=gold --energy=balanced`;
+  before: with --baseline-bridge FILE (an older bridge.lua) and optionally --baseline-plugin
+          SO (an older build of the plugin), the bridge arm as it was: before/after in one run.
+Each round runs every arm once (the order rotates), a batch of --batch submissions each, with
+one submitter and with --concurrent submitters; ratios are given over all jobs and as the
+median and quartiles of the per-round ratios (the 2 cores are shared: bursts of load from
+elsewhere hit every arm of a round alike). slurmctld re-reads job_submit.lua when its
 mtime is newer than the loaded one (whole seconds), so each swap is written atomically with
 a strictly increasing mtime; the first submission after a swap pays for the re-read and is
 not timed, and it is checked: its admin comment says which script decided it.
@@ -39,8 +43,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from slurm_hetero.conf import bridge as conf_bridge
+from slurm_hetero.conf import render_site
 from slurm_hetero.devcluster import Cluster
-from slurm_hetero.site import load_site
+from slurm_hetero.site import Site, load_site
 from slurm_hetero.slurm.parse import parse_kv_record
 
 DEMO = Path(__file__).resolve().parents[1] / "site" / "demo" / "site.yaml"
@@ -62,6 +68,7 @@ class Arm:
     seconds: dict[int, float] = field(default_factory=dict)  # submitters -> timed seconds
     jobs: dict[int, int] = field(default_factory=dict)
     rpc_us: dict[int, list[float]] = field(default_factory=dict)  # per batch, sdiag mean
+    batches: dict[int, list[float]] = field(default_factory=dict)  # per batch, seconds per job
 
 
 def model_file(d: Path, users: int) -> Path:
@@ -118,7 +125,8 @@ def run_batch(c: Cluster, swap: Swapper, arm: Arm, n: int, submitters: int) -> N
     jid = subprocess.run([*PARSABLE, *arm.options, "--wrap", "true"], env=env, check=True,
                          capture_output=True, text=True).stdout.strip()
     admin = parse_kv_record(c.runner.out(["scontrol", "show", "job", jid])).get("AdminComment", "")
-    if ("hetero" in admin) != (arm.lua != PASS_THROUGH):
+    bridged = arm.lua != PASS_THROUGH
+    if ("hetero" in admin) != bridged or (bridged and '"pred"' not in admin):
         raise SystemExit(f"arm {arm.name}: job {jid} was decided by the wrong script: {admin!r}")
     subprocess.run(["sdiag", "-r"], env=env, check=True, stdout=subprocess.DEVNULL)
     per = [n // submitters + (1 if i < n % submitters else 0) for i in range(submitters)]
@@ -126,7 +134,9 @@ def run_batch(c: Cluster, swap: Swapper, arm: Arm, n: int, submitters: int) -> N
     procs = [submit_loop(env, arm.options, k) for k in per]
     if any(p.wait() != 0 for p in procs):
         raise SystemExit(f"arm {arm.name}: a submission failed")
-    arm.seconds[submitters] = arm.seconds.get(submitters, 0.0) + time.perf_counter() - t0
+    spent = time.perf_counter() - t0
+    arm.seconds[submitters] = arm.seconds.get(submitters, 0.0) + spent
+    arm.batches.setdefault(submitters, []).append(spent / n)
     arm.jobs[submitters] = arm.jobs.get(submitters, 0) + n
     us = sdiag_submit_us(env)
     if us is not None:
@@ -147,6 +157,29 @@ def client_cost(confs: dict[str, Path], n: int) -> dict[str, float]:
     return {k: v / (max(1, n // 10) * 10) * 1000 for k, v in total.items()}
 
 
+def render_with(c: Cluster, site: Site, model: Path, bridge: Path) -> str:
+    """The cluster's job_submit.lua with another bridge.lua (the same tables and model)."""
+    meta = c.info()
+    meta["model"] = str(model.resolve())
+    saved = conf_bridge.BRIDGE_LUA
+    conf_bridge.BRIDGE_LUA = bridge.resolve()
+    try:
+        return render_site(site, c.profile(meta))["job_submit.lua"]
+    finally:
+        conf_bridge.BRIDGE_LUA = saved
+
+
+def with_plugin(c: Cluster, plugin: Path, name: str) -> Path:
+    """A client slurm.conf whose plugstack.conf loads `plugin` with the same arguments."""
+    stack = (c.etc / "plugstack.conf").read_text()
+    line = next(ln for ln in stack.splitlines() if ln.startswith("required "))
+    (c.etc / f"plugstack-{name}.conf").write_text(f"required {plugin} {line.split(None, 2)[2]}\n")
+    conf = c.etc / f"slurm-{name}.conf"
+    conf.write_text((c.etc / "slurm.conf").read_text().replace(
+        f"PlugStackConfig={c.etc}/plugstack.conf", f"PlugStackConfig={c.etc}/plugstack-{name}.conf"))
+    return conf
+
+
 def equivalent_options(job: dict[str, str]) -> list[str]:
     """The plain sbatch options that ask Slurm for what the bridge decided."""
     opts = ["--gres=" + job["TresPerNode"].removeprefix("gres:"), "-p", job["Partition"],
@@ -162,9 +195,11 @@ def equivalent_options(job: dict[str, str]) -> list[str]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--total", type=int, default=1000, help="timed submissions per arm and submitter count")
-    ap.add_argument("--batch", type=int, default=100)
+    ap.add_argument("--batch", type=int, default=20, help="submissions per arm and round")
     ap.add_argument("--concurrent", type=int, default=8, help="submitters of the concurrent runs (0: none)")
     ap.add_argument("--users", type=int, default=40, help="users in the model's history table")
+    ap.add_argument("--baseline-bridge", type=Path, help="an older bridge.lua: a fourth arm, 'before'")
+    ap.add_argument("--baseline-plugin", type=Path, help="an older hetero.so for the 'before' arm")
     args = ap.parse_args()
     site = load_site(DEMO)
     counts = [1] + ([args.concurrent] if args.concurrent > 1 else [])
@@ -172,8 +207,19 @@ def main() -> None:
         c = Cluster(Path(d) / "demo")
         c.up(site, log=lambda *_: None)
         try:
-            c.load_model(site, model_file(Path(d), args.users))
+            # Cancelled jobs leave slurmctld's memory after MinJobAge (300 s by default); tens of
+            # thousands of submissions within that would reach MaxJobCount (10,000).
+            text = re.sub(r"(?m)^MinJobAge=.*\n", "", c.conf.read_text())
+            c.conf.write_text(text + "MinJobAge=5\n")
+            c.runner.run(["scontrol", "reconfigure"])
+            model = model_file(Path(d), args.users)
+            c.load_model(site, model)
             bridge_lua = (c.etc / "job_submit.lua").read_text()
+            before = None
+            if args.baseline_bridge:
+                before = Arm("before", c.conf, render_with(c, site, model, args.baseline_bridge), BRIDGE_OPTS)
+                if args.baseline_plugin:
+                    before.conf = with_plugin(c, args.baseline_plugin.resolve(), "before")
             plain_conf = c.etc / "slurm-plain.conf"
             (c.etc / "plugstack-empty.conf").write_text("")
             plain_conf.write_text((c.etc / "slurm.conf").read_text().replace(
@@ -186,7 +232,7 @@ def main() -> None:
             decided = parse_kv_record(c.runner.out(["scontrol", "show", "job", jid]))
             arms = [Arm("plain", plain_conf, PASS_THROUGH, []),
                     Arm("equiv", plain_conf, PASS_THROUGH, equivalent_options(decided)),
-                    Arm("bridge", c.conf, bridge_lua, BRIDGE_OPTS)]
+                    Arm("bridge", c.conf, bridge_lua, BRIDGE_OPTS)] + ([before] if before else [])
             client = client_cost({"without plugin": plain_conf, "with plugin": c.conf}, 200)
             rounds = max(1, args.total // args.batch)
             for subs in counts:
@@ -198,6 +244,10 @@ def main() -> None:
                     c.runner.run(["scancel", "--state=PENDING"], check=False)
             admin = decided.get("AdminComment", "")
             load = os.getloadavg()
+            # The bridge logs only on internal errors and snapshot changes: per-job lines would
+            # mean a broken arm (and log I/O in every submission).
+            bridge_log = [ln for ln in (c.log / "slurmctld.log").read_text(errors="replace").splitlines()
+                          if "slurm-hetero" in ln or "job_submit/lua" in ln]
         finally:
             c.runner.run(["scancel", "--state=PENDING"], check=False)
             c.down(log=lambda *_: None)
@@ -205,6 +255,9 @@ def main() -> None:
     print(f"held submissions, {rounds} interleaved rounds of {args.batch} per arm, model history of "
           f"{args.users} users, demo site, {os.cpu_count()} CPUs (load at the end {load[0]:.1f})")
     print(f"  equiv options: {' '.join(arms[1].options)}")
+    print(f"  slurmctld log lines of the bridge: {len(bridge_log)}")
+    for ln in bridge_log[:4]:
+        print(f"    {ln[:150]}")
     print(f"  bridge decision: {admin.strip()[:160]}")
     print(f"  client alone, sbatch --help (no controller): without plugin {client['without plugin']:.2f} ms, "
           f"with plugin {client['with plugin']:.2f} ms")
@@ -216,11 +269,25 @@ def main() -> None:
             extra = ""
             if subs == 1:
                 extra = f", client+transport {arm.seconds[subs] / arm.jobs[subs] * 1e3 - rpc / 1e3:.2f} ms"
-            print(f"    {arm.name:6s} {rate:7.1f} jobs/s ({arm.seconds[subs] / arm.jobs[subs] * 1e3:.2f} ms each"
-                  f" wall), slurmctld RPC {rpc / 1e3:.2f} ms{extra}")
-        plain, equiv, bridge = (a.seconds[subs] / a.jobs[subs] for a in arms)
-        print(f"    ratio bridge/plain {plain / bridge:.3f} (target >= 0.95), bridge/equiv {equiv / bridge:.3f},"
-              f" equiv/plain {plain / equiv:.3f}")
+            each = arm.seconds[subs] / arm.jobs[subs] * 1e3
+            print(f"    {arm.name:6s} {rate:7.1f} jobs/s ({each:.2f} ms each wall), "
+                  f"slurmctld RPC {rpc / 1e3:.2f} ms{extra}")
+        by = {a.name: a for a in arms}
+        pairs = [("bridge", "plain", " (target >= 0.95)"), ("bridge", "equiv", ""), ("equiv", "plain", "")]
+        if "before" in by:
+            pairs += [("before", "plain", ""), ("bridge", "before", "")]
+        for x, y, note in pairs:
+            print(f"    throughput {x}/{y}: {ratio(by[y], by[x], subs)}{note}")
+
+
+def ratio(slow: Arm, fast: Arm, subs: int) -> str:
+    """fast's throughput over slow's: over all jobs, and the median and quartiles of the
+    rounds' ratios (one batch of each arm per round, so a burst of load elsewhere on the
+    machine falls on both)."""
+    total = (slow.seconds[subs] / slow.jobs[subs]) / (fast.seconds[subs] / fast.jobs[subs])
+    per = sorted(a / b for a, b in zip(slow.batches[subs], fast.batches[subs], strict=True))
+    q = statistics.quantiles(per, n=4) if len(per) >= 2 else [per[0]] * 3
+    return f"{total:.3f} (per round: median {q[1]:.3f}, quartiles {q[0]:.3f}-{q[2]:.3f}, {len(per)} rounds)"
 
 
 if __name__ == "__main__":

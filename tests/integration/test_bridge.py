@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 
@@ -12,6 +13,7 @@ from slurm_hetero.bridge.snapshot import wait_for_pool
 from slurm_hetero.conf import Profile
 from slurm_hetero.devcluster import Cluster
 from slurm_hetero.slurm.jobs import sacct_jobs, submit, wait_done
+from slurm_hetero.slurm.parse import parse_kv_record
 from slurm_hetero.slurm.scontrol import parse_job_record, show_job_argv
 
 pytestmark = pytest.mark.integration
@@ -112,7 +114,7 @@ HOSTILE = ["a;rm -rf /tmp/x", "$(id)", "`id`", "a\nb", "x" * 10_000, "g\u00f6ld"
            "../../etc/passwd", "any:2,mem>=80G;reboot"]
 
 
-@pytest.mark.parametrize("option", ["accel", "arch", "energy", "tier", "image"])
+@pytest.mark.parametrize("option", ["accel", "arch", "energy", "tier", "image", "checkpoint"])
 @pytest.mark.parametrize("client", ["sbatch", "srun", "salloc"])
 def test_hostile_values_rejected_cleanly(cluster: Cluster, client: str, option: str) -> None:
     for value in HOSTILE:
@@ -151,3 +153,59 @@ def test_plain_jobs_pass_untouched(cluster: Cluster) -> None:
     assert (job["TresPerNode"], job["Partition"], job["Features"], job["QOS"]) == (
         "gres:gpu:a100-80gb:1", "gpu", "x86_64", "silver")
     assert job.get("AdminComment", "") == ""
+
+
+def test_checkpoint_and_migratable_through_sbatch(cluster: Cluster, tmp_path: Path) -> None:
+    """The job is requeueable, records both options, and finds its folder in its environment
+    (set by the plugin in slurmstepd, for the batch step and for steps inside it)."""
+    out = tmp_path / "out"
+    r = cluster.runner.run(["sbatch", "--parsable", "-o", str(out), "--checkpoint=/shared/ckpt/run1",
+                            "--migratable", "--wrap",
+                            'echo "batch=$SLURM_HETERO_CHECKPOINT"; srun printenv SLURM_HETERO_CHECKPOINT'],
+                           check=False)
+    assert r.returncode == 0, r.stderr
+    jid = int(r.stdout.strip())
+    record = parse_kv_record(cluster.runner.out(show_job_argv(jid)))
+    assert record["Requeue"] == "1"  # also the dev cluster's JobRequeue default: see the Lua tests
+    decision = json.loads(record["AdminComment"])
+    assert (decision["checkpoint"], decision["migratable"]) == ("/shared/ckpt/run1", True)
+    wait_done(cluster.runner, [jid], timeout=60)
+    assert sacct_jobs(cluster.runner, [jid])[jid]["State"] == "COMPLETED"
+    assert out.read_text().split() == ["batch=/shared/ckpt/run1", "/shared/ckpt/run1"]
+
+
+def test_a_job_without_checkpoint_has_no_folder(cluster: Cluster, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    r = cluster.runner.run(["sbatch", "--parsable", "-o", str(out), "--wrap",
+                            'echo "[${SLURM_HETERO_CHECKPOINT-unset}]"'], check=False)
+    jid = int(r.stdout.strip())
+    wait_done(cluster.runner, [jid], timeout=60)
+    assert out.read_text().strip() == "[unset]"
+
+
+def test_checkpoint_conflicts_with_no_requeue(cluster: Cluster) -> None:
+    r = sbatch(cluster, "--no-requeue", "--checkpoint=/ckpt/a")
+    assert r.returncode != 0
+    assert "hetero: --checkpoint=/ckpt/a: conflicts with --no-requeue; give one of them" in r.stderr
+
+
+def test_srun_takes_checkpoint(cluster: Cluster) -> None:
+    out = cluster.runner.out(["srun", "--checkpoint=/ckpt/s", "printenv", "SLURM_HETERO_CHECKPOINT"],
+                             timeout=60)
+    assert out.strip() == "/ckpt/s"
+
+
+@pytest.mark.parametrize("how", ["plugin", "environment"])
+def test_migratable_alone_is_refused(cluster: Cluster, how: str) -> None:
+    """By the plugin in the client, and by the bridge when the flag comes without the plugin
+    (an environment entry shaped as sbatch writes it)."""
+    if how == "plugin":
+        r = sbatch(cluster, "--migratable")
+    else:
+        env = {**cluster.runner.env(), "_SLURM_SPANK_OPTION_hetero_migratable": ""}
+        r = subprocess.run(["sbatch", "--parsable", "-o", "/dev/null", "--wrap", "true"], env=env,
+                           capture_output=True, text=True, timeout=30)
+    assert r.returncode != 0
+    lines = [ln for ln in r.stderr.splitlines() if "hetero:" in ln]
+    assert len(lines) == 1 and lines[0].endswith(
+        "hetero: --migratable needs --checkpoint=DIR: give both options"), r.stderr

@@ -187,6 +187,14 @@ def test_migratable_as_slurm_carries_the_flag(js: JobSubmit, flag: str, srun: bo
     assert decision(desc) == {"hetero": 1, "checkpoint": "/ckpt/a", "migratable": True}
 
 
+@pytest.mark.parametrize(("requeue", "rc"), [(65534, 0), (1, 0), (0, -1)])
+def test_checkpoint_and_the_users_requeue(js: JobSubmit, requeue: int, rc: int) -> None:
+    got, desc = js.submit({"checkpoint": "/c"}, requeue=requeue)
+    assert got == rc and desc["requeue"] == (1 if rc == 0 else 0)
+    if rc:
+        assert js.user_lines() == ["hetero: --checkpoint=/c: conflicts with --no-requeue; give one of them"]
+
+
 def test_checkpoint_folder_is_data_in_the_record(js: JobSubmit) -> None:
     path = '/a"b\\c,"hetero":2}'
     rc, desc = js.submit({"checkpoint": path})

@@ -21,9 +21,9 @@ ROOT = Path(__file__).resolve().parents[2]
 DEMO = ROOT / "site" / "demo" / "site.yaml"
 LUAC = shutil.which("luac5.1")
 # What the bridge may read from the global environment: Lua's own and slurmctld's `slurm`.
-GLOBALS_READ = {"debug", "error", "io", "ipairs", "loadstring", "math", "next", "os", "pairs", "pcall",
-                "setfenv", "setmetatable", "slurm", "string", "table", "tonumber", "tostring", "type",
-                "unpack"}
+GLOBALS_READ = {"collectgarbage", "debug", "error", "io", "ipairs", "loadstring", "math", "next", "os",
+                "pairs", "pcall", "setfenv", "setmetatable", "slurm", "string", "table", "tonumber",
+                "tostring", "type", "unpack"}
 GLOBALS_SET = {"slurm_job_submit", "slurm_job_modify"}
 
 

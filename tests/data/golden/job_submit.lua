@@ -44,6 +44,11 @@ local POOLS = {
     { key = "gh200@aarch64", model = "gh200", arch = "aarch64", per_node = 1, partitions = "gpu" },
 }
 local TIERS = { ["diamond"] = true, ["gold"] = true, ["silver"] = true, }
+local TIER_NOTES = {
+    ["diamond"] = "hetero: tier diamond: never preempted",
+    ["gold"] = "hetero: tier gold: preemptible by diamond after 10m of run time: SIGTERM to its srun steps, 2m to checkpoint, then requeued (restarts later)",
+    ["silver"] = "hetero: tier silver: preemptible by diamond, gold after 2m of run time: SIGTERM to its srun steps, 1m to checkpoint, then requeued (restarts later)",
+}
 local ENERGY = {
     ["performance"] = { cpu_freq_gov = 2181038080, gpu_freq = "high" },
     ["balanced"] = { cpu_freq_gov = 2151677952, gpu_freq = nil },
@@ -78,6 +83,8 @@ local PARTITION_LIMITS = {
     ["npu"] = 60,
 }
 local DEFAULT_PARTITION = "cpu"
+-- The bridge daemon may move pending jobs between the pools of their request.
+local MIGRATE = false
 local MODEL_LUA = nil
 
 -- ---- the bridge's logic: slurm_hetero/bridge/bridge.lua, verbatim ---------------------
@@ -113,6 +120,7 @@ local MODEL_GROUPS = site("MODEL_GROUPS", {})  -- any, vendor, stack -> { id = t
 local MODEL_ALIASES = site("MODEL_ALIASES", {})  -- GRES type -> id
 local POOLS = site("POOLS", {})              -- { key, model, arch, per_node, partitions }, static order
 local TIERS = site("TIERS", {})              -- name -> true
+local TIER_NOTES = site("TIER_NOTES", {})    -- name -> what the tier allows, for the user
 local ENERGY = site("ENERGY", {})            -- name -> { cpu_freq_gov, gpu_freq }
 local GRES_PARTITIONS = site("GRES_PARTITIONS", {})  -- GRES name -> "part1,part2"
 local IMAGES = site("IMAGES", {})            -- NAME:TAG -> { path, variants = { "arch/stack" } }
@@ -124,9 +132,23 @@ local PREDICTED_LIMITS = site("PREDICTED_LIMITS", {})  -- partition -> true
 local PARTITION_LIMITS = site("PARTITION_LIMITS", {})  -- partition -> minutes
 local DEFAULT_PARTITION = site("DEFAULT_PARTITION", "")
 local MODEL_LUA = site("MODEL_LUA", nil)     -- the exported runtime model, a Lua chunk
+local MIGRATE = site("MIGRATE", false)       -- the daemon may move pending jobs between pools
+
+-- Before each call job_submit/lua (22.05) rebuilds slurm.jobs: a table, a metatable and a C
+-- closure per job slurmctld holds, garbage at the next submission. With the model this Lua
+-- state holds a large live heap that every collection cycle marks; at the default pause
+-- (200: a cycle whenever the heap doubles) that made a submission with 3,000 jobs queued
+-- about 10% dearer than the same rebuild under a pass-through script (measured with lupa:
+-- benchmarks/bridge_lua_cost.py). Pause 400 collects half as often (the heap may reach 4x
+-- its live size: a few MB, tens with a 10,000-user history) and removes that difference.
+local GC_PAUSE = 400
+collectgarbage("setpause", GC_PAUSE)
 
 local OPTION_PREFIX = "_SLURM_SPANK_OPTION_hetero_"
-local OPTION_NAMES = { "accel", "arch", "energy", "tier", "image" }
+local OPTION_NAMES = { "accel", "arch", "energy", "tier", "image", "checkpoint", "migratable" }
+-- Flags (spank has_arg = 0) carry no value: their environment entry is "" in sbatch's own
+-- environment and "(null)" in the SPANK job environment (Slurm's xstrcat of a NULL optarg).
+local FLAGS = { migratable = true }
 
 -- ---- the option grammar: the same as the SPANK plugin's (spank/hetero_opts.h), case for
 -- case (tests/data/grammar/options.cases), because a user can bypass the plugin by setting
@@ -152,6 +174,7 @@ local COUNT_RULE = "the count must be 1 to 1024"
 local UNITS_RULE = "units must be a number above 0 (e.g. units=2.5)"
 local MEM_RULE = "bad memory floor: use ,mem>=SIZE (e.g. ,mem>=80G)"
 local NAME_RULE = "a name is a letter then up to 31 letters, digits, '_' or '-'"
+local CHECKPOINT_FORMS = "use an absolute path (e.g. /shared/ckpt/run1)"
 local IMAGE_FORMS = "use NAME[:TAG], NAME being '/'-separated components of letters, digits, " ..
     "'.', '_' or '-' that start with a letter or digit"
 
@@ -263,6 +286,23 @@ local function image_syntax(value)
     return { name = name, tag = tag }
 end
 
+-- --checkpoint=DIR: an absolute path, printable ASCII without whitespace, no ".."
+-- component: { path } as given.
+local function checkpoint_syntax(value)
+    if not printable(value) then return nil, NOT_PRINTABLE .. " (whitespace included)" end
+    if string.byte(value) ~= 47 then return nil, CHECKPOINT_FORMS end  -- not "/"
+    if string.find(value .. "/", "/../", 1, true) then
+        return nil, "'..' components are not allowed; " .. CHECKPOINT_FORMS
+    end
+    return { path = value }
+end
+
+-- --migratable: a flag; any value is refused: {}.
+local function migratable_syntax(value)
+    if value ~= "" and value ~= "(null)" then return nil, "a flag takes no value" end
+    return {}
+end
+
 local function sorted_keys(t)
     local out = {}
     for k in pairs(t) do out[#out + 1] = k end
@@ -280,6 +320,13 @@ end
 
 local function reject(option, value, why)
     return nil, "hetero: --" .. option .. "=" .. shown(value) .. ": " .. why
+end
+
+-- A JSON string of s: control characters, '"' and '\\' escaped.
+local function json_escape(c) return string.format("\\u%04x", string.byte(c)) end
+local function json_string(s)
+    if not string.find(s, '[%c"\\]') then return '"' .. s .. '"' end  -- the usual case: nothing to escape
+    return '"' .. string.gsub(s, '[%c"\\]', json_escape) .. '"'
 end
 
 -- ---- option meaning: the site's models, groups and aliases ---------------------------
@@ -314,22 +361,36 @@ local function parse_accel(value)
         req.text = name .. ":" .. req.n
     end
     if req.mem then req.text = req.text .. ",mem>=" .. math.floor(req.mem / 1024) .. "G" end
+    req.json = '"accel":' .. json_string(req.text)
     if accel_memo_n >= ACCEL_MEMO_MAX then accel_memo, accel_memo_n = {}, 0 end
     accel_memo[value], accel_memo_n = req, accel_memo_n + 1
     return req
 end
 
+-- Each option's value: the job's environment first (sbatch), else the SPANK job environment
+-- (srun, salloc; sbatch too), which is read in one pass and only when an option is missing
+-- from the environment. nil when no option is given.
+local NO_OPTIONS = {}  -- read only
+local OPTION_KEYS = {}  -- the environment names, made once
+for i, name in ipairs(OPTION_NAMES) do OPTION_KEYS[i] = OPTION_PREFIX .. name end
 local function read_options(job_desc)
-    local opts, seen = {}, false
+    local opts, seen, spank = {}, false, nil
     local env = job_desc.environment
-    local senv = job_desc.spank_job_env
-    for _, name in ipairs(OPTION_NAMES) do
-        local key = OPTION_PREFIX .. name
-        local v = env and env[key]
-        if v == nil and senv then  -- srun/salloc carry options in the SPANK job env
-            for _, kv in pairs(senv) do  -- slurmctld fills it from index 0: not ipairs
-                if string.sub(kv, 1, #key + 1) == key .. "=" then v = string.sub(kv, #key + 2) end
+    for i, name in ipairs(OPTION_NAMES) do
+        local v = env and env[OPTION_KEYS[i]]
+        if v == nil then
+            if spank == nil then
+                spank = NO_OPTIONS
+                local senv = job_desc.spank_job_env
+                if senv then
+                    spank = {}
+                    for _, kv in pairs(senv) do  -- slurmctld fills it from index 0: not ipairs
+                        local k, val = string.match(kv, "^_SLURM_SPANK_OPTION_hetero_([%w_]+)=(.*)$")
+                        if k then spank[k] = val end
+                    end
+                end
             end
+            v = spank[name]
         end
         if v ~= nil then
             opts[name], seen = v, true
@@ -491,8 +552,12 @@ local function in_list(list, item)
     return false
 end
 
+-- The candidates of one decision, in tables reused from job to job (slurmctld runs the
+-- bridge for one job at a time; nothing keeps them past decide): no garbage per candidate.
+local cand_list, cand_recs = {}, {}
+
 local function candidates(req, arch, partition)
-    local out = {}
+    local out, k = cand_list, 0
     for i, p in ipairs(POOLS) do
         local m = MODELS[p.model]
         if req.set[p.model] and (arch == "any" or arch == p.arch)
@@ -505,11 +570,24 @@ local function candidates(req, arch, partition)
             end
             local n = req.n or math.max(1, math.ceil(req.units / m.units - 1e-9))
             if ok_part and n <= p.per_node then
-                out[#out + 1] = { pool = p, n = n, cost = n * m.units, order = i }
+                k = k + 1
+                local c = cand_recs[k]
+                if c == nil then c = {}; cand_recs[k] = c end
+                c.pool, c.n, c.cost, c.order, c.now, c.backlog = p, n, n * m.units, i, false, math.huge
+                out[k] = c
             end
         end
     end
+    for j = k + 1, #out do out[j] = nil end
     return out
+end
+
+local function by_order(a, b) return a.order < b.order end  -- POOLS is in the static order
+local function by_snapshot(a, b)
+    if a.now ~= b.now then return a.now end
+    if not a.now and a.backlog ~= b.backlog then return a.backlog < b.backlog end
+    if a.cost ~= b.cost then return a.cost < b.cost end
+    return a.order < b.order
 end
 
 -- With a fresh snapshot: pools where the job can start now come first, cheapest (fewest
@@ -525,24 +603,38 @@ local function choose(cands, data)
             c.now, c.backlog = false, math.huge
         end
     end
-    table.sort(cands, function(a, b)
-        if data then
-            if a.now ~= b.now then return a.now end
-            if not a.now and a.backlog ~= b.backlog then return a.backlog < b.backlog end
-            if a.cost ~= b.cost then return a.cost < b.cost end
-        end
-        return a.order < b.order  -- POOLS is in the static order
-    end)
+    table.sort(cands, data and by_snapshot or by_order)
     local best = cands[1]
     if data == nil then return best, "static" end
     return best, best.now and "starts-now" or "least-backlog"
 end
 
-local function json_string(s)
-    return '"' .. string.gsub(s, '[%c"\\]', function(c) return string.format("\\u%04x", string.byte(c)) end) .. '"'
+-- Pieces of the decision record that repeat from job to job, written once: '"key":"value"'
+-- for values the site's tables bound (arch, tier, policy, why), and per pool and count the
+-- pool, model, count and units. Never for user text (a folder, say): that stays per job.
+local pieces = {}
+local function piece(key, value)
+    local by = pieces[key]
+    if by == nil then by = {}; pieces[key] = by end
+    local text = by[value]
+    if text == nil then text = '"' .. key .. '":' .. json_string(value); by[value] = text end
+    return text
 end
 
--- ---- containers (issue 6): --image=NAME[:TAG] → the job's OCI bundle ------------------
+local pool_pieces = {}
+local function pool_piece(c)
+    local by = pool_pieces[c.pool]
+    if by == nil then by = {}; pool_pieces[c.pool] = by end
+    local text = by[c.n]
+    if text == nil then  -- n is at most the pool's devices per node
+        text = piece("pool", c.pool.key) .. "," .. piece("model", c.pool.model) .. ',"n":' .. c.n ..
+            ',"units":' .. string.format("%.2f", c.cost)
+        by[c.n] = text
+    end
+    return text
+end
+
+-- ---- containers: --image=NAME[:TAG] → the job's OCI bundle ------------------
 -- Slurm gets a stub bundle per image; the wrapper in oci.conf runs the variant for the
 -- node's arch and stack. Here: the image exists and has a variant for the arch and stack
 -- the job asks for; when only one arch fits, the job is narrowed to it. Mount requests
@@ -640,9 +732,9 @@ local function container_for(job_desc, image, arch, tres)
 end
 
 -- A job without hetero options but with --container: only images of the catalog run.
-local function plain_container(job_desc)
-    if job_desc.container == nil or next(IMAGES) == nil then return {} end
-    local c, err = container_for(job_desc, nil, "any", job_desc.tres_per_node)
+local function plain_container(job_desc, tres)
+    if next(IMAGES) == nil or job_desc.container == nil then return {} end
+    local c, err = container_for(job_desc, nil, "any", tres)
     if c == nil then return nil, err end
     local set = { container = c.path }
     if c.arch ~= "any" then
@@ -654,10 +746,11 @@ end
 
 -- ---- the decision: computed fully, then applied (nothing half-done on error) ---------
 
-local function decide(job_desc, opts, now)
+-- partition and tres: the job's (partition possibly routed), read once by the caller.
+local function decide(job_desc, opts, now, partition, tres)
     for _, name in ipairs(OPTION_NAMES) do
         local v = opts[name]
-        if v ~= nil and not printable(v) then return reject(name, v, NOT_PRINTABLE) end
+        if v ~= nil and not FLAGS[name] and not printable(v) then return reject(name, v, NOT_PRINTABLE) end
     end
     local set, record = {}, {}
     local arch = "any"
@@ -665,7 +758,7 @@ local function decide(job_desc, opts, now)
         local a, why = arch_syntax(opts.arch)
         if a == nil then return reject("arch", opts.arch, why) end
         arch = a.arch
-        record[#record + 1] = '"arch":' .. json_string(arch)
+        record[#record + 1] = piece("arch", arch)
     end
     if opts.tier then
         local t = name_syntax(opts.tier, TIERS)
@@ -676,7 +769,7 @@ local function decide(job_desc, opts, now)
                 "; give one of them")
         end
         set.qos = tier
-        record[#record + 1] = '"tier":' .. json_string(tier)
+        record[#record + 1] = piece("tier", tier)
     end
     local energy
     if opts.energy then
@@ -684,47 +777,89 @@ local function decide(job_desc, opts, now)
         if e == nil then return reject("energy", opts.energy, "use one of " .. sorted_keys(ENERGY)) end
         energy = e.name
         set.cpu_freq_gov = ENERGY[energy].cpu_freq_gov
-        record[#record + 1] = '"energy":' .. json_string(energy)
+        record[#record + 1] = piece("energy", energy)
         if energy == "auto" then record[#record + 1] = '"energy_rule":"no history: balanced"' end
     end
-    local gpu_job = job_desc.tres_per_node ~= nil and string.find(job_desc.tres_per_node, "gpu", 1, true)
+    local gpu_job = tres ~= nil and string.find(tres, "gpu", 1, true)
+    local place  -- a movable job's model, pinned by its node feature
     if opts.accel then
-        if job_desc.tres_per_node ~= nil then
+        if tres ~= nil then
             return reject("accel", opts.accel, "conflicts with --gres/--gpus; give one of them")
         end
         local req, err = parse_accel(opts.accel)
         if req == nil then return nil, err end
-        local cands = candidates(req, arch, job_desc.partition)
+        local cands = candidates(req, arch, partition)
         if #cands == 0 then
             return reject("accel", opts.accel, "no pool of this site satisfies it" ..
                 (arch ~= "any" and (" on " .. arch) or "") ..
-                (job_desc.partition and (" in partition " .. shown(job_desc.partition)) or ""))
+                (partition and (" in partition " .. shown(partition)) or ""))
         end
         local data, age = snapshot(now)
         local best, why = choose(cands, data)
         local m = MODELS[best.pool.model]
         set.tres_per_node = GRES_PREFIX .. m.gres .. ":" .. m.type .. ":" .. best.n
         arch = best.pool.arch
-        if job_desc.partition == nil then set.partition = best.pool.partitions end
+        if partition == nil then set.partition = best.pool.partitions end
         gpu_job = m.gres == "gpu"
-        record[#record + 1] = '"accel":' .. json_string(req.text)
-        record[#record + 1] = '"pool":' .. json_string(best.pool.key)
-        record[#record + 1] = '"model":' .. json_string(best.pool.model) .. ',"n":' .. best.n
-        record[#record + 1] = '"units":' .. string.format("%.2f", best.cost)
-        record[#record + 1] = '"why":' .. json_string(why) .. ',"candidates":' .. #cands
+        record[#record + 1] = req.json
+        record[#record + 1] = pool_piece(best)
+        record[#record + 1] = piece("why", why)
+        record[#record + 1] = '"candidates":' .. #cands
+        -- Every pool that satisfies the request ("pool:n", best first): the daemon may move
+        -- the pending job between them (pool keys are catalog ids and arch names: no quoting).
+        local alts = {}
+        for i, c in ipairs(cands) do alts[i] = c.pool.key .. ":" .. c.n end
+        record[#record + 1] = '"cands":"' .. table.concat(alts, ",") .. '"'
+        -- Movable: Slurm 22.05 cannot change the GRES type of a pending job, so where the
+        -- daemon may move jobs the GRES stays untyped and the model's node feature pins it
+        -- (a move rewrites the feature; Slurm still allocates and accounts typed devices).
+        if MIGRATE and #cands > 1 and not opts.image and job_desc.container == nil then
+            set.tres_per_node = GRES_PREFIX .. m.gres .. ":" .. best.n
+            place = best.pool.model
+            record[#record + 1] = '"movable":true'
+        end
         if age then record[#record + 1] = '"snapshot_age":' .. math.floor(age) end
     end
     if energy and gpu_job and ENERGY[energy].gpu_freq then
         set.tres_freq = "gpu:" .. ENERGY[energy].gpu_freq
     end
-    if opts.image or (job_desc.container and next(IMAGES)) then  -- containers (issue 6)
-        local c, cerr = container_for(job_desc, opts.image, arch, set.tres_per_node or job_desc.tres_per_node)
+    if opts.image or (next(IMAGES) and job_desc.container) then  -- containers
+        local c, cerr = container_for(job_desc, opts.image, arch, set.tres_per_node or tres)
         if c == nil then return nil, cerr end
         set.container, arch = c.path, c.arch
         record[#record + 1] = '"image":' .. json_string(c.ref)
     end
     if arch ~= "any" then
-        set.features = job_desc.features and ("(" .. job_desc.features .. ")&" .. arch) or arch
+        local where = place and (arch .. "&" .. place) or arch
+        set.features = job_desc.features and ("(" .. job_desc.features .. ")&" .. where) or where
+    end
+    -- Checkpointed jobs come back: requeue on preemption or node failure. How Slurm 22.05
+    -- tells a job under preempt/qos with a GraceTime (src/slurmctld/preempt.c
+    -- _job_check_grace_internal, job_mgr.c job_signal/_signal_job, slurmd req.c
+    -- _kill_all_active_steps): at preemption slurmctld sends SIGCONT then SIGTERM with no
+    -- flags, which becomes KILL_STEPS_ONLY: only the job's steps (srun) get SIGTERM, NOT the
+    -- batch shell. Only with PreemptParameters=send_user_signal and the job's own
+    -- --signal=[B:]SIG does it send that signal instead (B: the batch shell, else the
+    -- steps). When GraceTime ends the job is requeued or cancelled through the normal kill:
+    -- SIGCONT, SIGTERM to every process including the batch shell, KillWait, SIGKILL. So a
+    -- job script that checkpoints itself must run its work under srun, or trap a --signal=B:
+    -- signal, to save within GraceTime.
+    if opts.checkpoint then
+        local c, why = checkpoint_syntax(opts.checkpoint)
+        if c == nil then return reject("checkpoint", opts.checkpoint, why) end
+        if job_desc.requeue == 0 then  -- an explicit --no-requeue (unset is NO_VAL16)
+            return reject("checkpoint", opts.checkpoint, "conflicts with --no-requeue; give one of them")
+        end
+        set.requeue = 1
+        record[#record + 1] = '"checkpoint":' .. json_string(c.path)
+    end
+    if opts.migratable then
+        local _, why = migratable_syntax(opts.migratable)
+        if why then return reject("migratable", opts.migratable, why) end
+        if opts.checkpoint == nil then
+            return nil, "hetero: --migratable needs --checkpoint=DIR: give both options"
+        end
+        record[#record + 1] = '"migratable":true'
     end
     set.admin_comment = '{"hetero":1,' .. table.concat(record, ",") .. "}"
     return set
@@ -753,17 +888,20 @@ local function first_partition(list)
     return list and string.match(list, "^[^,]+")
 end
 
-local function add_prediction(job_desc, set, now)
-    local partition = first_partition(set.partition or job_desc.partition) or DEFAULT_PARTITION
+local function add_prediction(job_desc, set, now, job_partition, tres)
+    local partition = first_partition(set.partition or job_partition) or DEFAULT_PARTITION
     local user_min = set.time_limit or job_desc.time_limit
     if user_min == nil or user_min >= NO_VAL or user_min == 0 then user_min = PARTITION_LIMITS[partition] end
     -- The job as it will be: our changes over the user's request, the limit it will get.
-    local view = setmetatable({}, { __index = function(_, k)
-        if k == "time_limit" then return user_min or NO_VAL end
-        if set[k] ~= nil then return set[k] end
-        return job_desc[k]
-    end })
-    local p50, p90 = MODEL.predict_desc(view, now, partition)
+    local p50, p90
+    if MODEL.predict_desc_as then
+        p50, p90 = MODEL.predict_desc_as(job_desc, now, partition, user_min or NO_VAL,
+            set.tres_per_node or tres, set.partition or job_partition)
+    else  -- a model exported before predict_desc_as: the same through a view
+        local view = setmetatable({ time_limit = user_min or NO_VAL, tres_per_node = set.tres_per_node or tres,
+                                    partition = set.partition or job_partition }, { __index = job_desc })
+        p50, p90 = MODEL.predict_desc(view, now, partition)
+    end
     local pred = string.format('"pred":{"p50":%d,"p90":%d}', math.ceil(p50), math.ceil(p90))
     -- The heartbeat matters only where limits may be shortened: no snapshot look-up otherwise.
     if PREDICTED_LIMITS[partition] and user_min and snapshot(now) then
@@ -777,37 +915,44 @@ local function add_prediction(job_desc, set, now)
     set.admin_comment = string.sub(comment, 1, -2) .. "," .. pred .. "}"
 end
 
-local function route_plain(job_desc)
-    if job_desc.partition ~= nil or job_desc.tres_per_node == nil then return end
-    for item in string.gmatch(job_desc.tres_per_node, "[^,]+") do
+-- A plain GRES request (tres) without a partition: the partitions that have that GRES (nil:
+-- none).
+local function route_plain(tres)
+    for item in string.gmatch(tres, "[^,]+") do
         local name = string.match(item, "^gres[:/]([%w_-]+)")
-        if name ~= nil and GRES_PARTITIONS[name] ~= nil then
-            job_desc.partition = GRES_PARTITIONS[name]
-            return
+        if name ~= nil and GRES_PARTITIONS[name] ~= nil then return GRES_PARTITIONS[name] end
+    end
+    return nil
+end
+
+-- Each job_desc field read is a C call in slurmctld (the name looked up among ~130 fields,
+-- the value copied): the ones used throughout are read once here and passed on.
+local function submit(job_desc)
+    local opts = read_options(job_desc)
+    local partition, tres = job_desc.partition, job_desc.tres_per_node
+    -- A plain --gres request is routed with hetero options too (e.g. --image with --gres=npu:1):
+    -- the rest of the decision sees the routed partition, which is applied with it.
+    local routed = partition == nil and tres ~= nil and route_plain(tres) or nil
+    partition = partition or routed
+    local now = os.time()
+    local set, err
+    if opts == nil then
+        set, err = plain_container(job_desc, tres)
+    else
+        set, err = decide(job_desc, opts, now, partition, tres)
+    end
+    if set ~= nil and routed and set.partition == nil then set.partition = routed end
+    if set ~= nil and MODEL ~= nil then
+        local pok, perr = pcall(add_prediction, job_desc, set, now, partition, tres)
+        if not pok then  -- a failed prediction must not undo the rest of the decision
+            slurm.log_error("slurm-hetero: runtime prediction failed: %s", tostring(perr))
         end
     end
+    return set, err
 end
 
 function slurm_job_submit(job_desc, part_list, submit_uid)
-    local ok, set, err = pcall(function()
-        local opts = read_options(job_desc)
-        -- A plain --gres request is routed with hetero options too (e.g. --image with --gres=npu:1).
-        route_plain(job_desc)
-        local now = os.time()
-        local set, err
-        if opts == nil then
-            set, err = plain_container(job_desc)  -- containers (issue 6)
-        else
-            set, err = decide(job_desc, opts, now)
-        end
-        if set ~= nil and MODEL ~= nil then
-            local pok, perr = pcall(add_prediction, job_desc, set, now)
-            if not pok then  -- a failed prediction must not undo the rest of the decision
-                slurm.log_error("slurm-hetero: runtime prediction failed: %s", tostring(perr))
-            end
-        end
-        return set, err
-    end)
+    local ok, set, err = pcall(submit, job_desc)
     if not ok then
         slurm.log_error("slurm-hetero: internal error, job passed unchanged: %s", tostring(set))
         return slurm.SUCCESS
@@ -819,6 +964,9 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
     for field, value in pairs(set) do
         job_desc[field] = value
     end
+    -- --tier: the user sees at submit what the tier allows (preemption, grace, minimum run).
+    local note = set.qos and TIER_NOTES[set.qos]
+    if note then slurm.log_user("%s", note) end
     return slurm.SUCCESS
 end
 
@@ -829,7 +977,8 @@ end
 -- For tests (tests/lua): the grammar, as the SPANK plugin's, and the snapshot checks.
 return {
     accel = accel_syntax, arch = arch_syntax, energy = name_syntax, tier = name_syntax,
-    image = image_syntax, check_snapshot = check_snapshot, load_snapshot = load_snapshot,
+    image = image_syntax, checkpoint = checkpoint_syntax, migratable = migratable_syntax,
+    check_snapshot = check_snapshot, load_snapshot = load_snapshot,
 }
 end
 
@@ -854,6 +1003,8 @@ bridge({
     PARTITION_LIMITS = PARTITION_LIMITS,
     DEFAULT_PARTITION = DEFAULT_PARTITION,
     MODEL_LUA = MODEL_LUA,
+    MIGRATE = MIGRATE,
+    TIER_NOTES = TIER_NOTES,
 })
 
 return slurm.SUCCESS
