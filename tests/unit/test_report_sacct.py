@@ -16,7 +16,7 @@ from slurm_hetero.jobs.sacct import cpu_seconds, from_sacct
 from slurm_hetero.reports.pending import parse_squeue_pending
 from slurm_hetero.site import Site, load_site
 from slurm_hetero.slurm.runner import Runner
-from slurm_hetero.slurm.sacct import DELIM, SacctDays, accounting_identity, chunk_settled
+from slurm_hetero.slurm.sacct import DELIM, SETTLE_S, SacctDays, accounting_identity, chunk_settled
 from tests.fakeslurm import FakeSlurm
 from tests.report_fixture import DATA, PSV_FIELDS, psv_jobs, read_psv
 
@@ -145,7 +145,8 @@ def _midnight(days_ago: int) -> float:
 def test_past_settled_days_come_from_the_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     done = (DATA / "sacct-22.05.psv").read_text()
     slurm = FakeSlurm(monkeypatch).on("sacct", done)
-    now = time.time()
+    # Well past midnight: in the first SETTLE_S after it, yesterday is not settled yet either.
+    now = _midnight(0) + SETTLE_S + 600
     runner = Runner(slurm_conf="/nonexistent/slurm.conf")
     src = SacctDays(runner, tmp_path, fields=PSV_FIELDS, now=now)
     texts = src.texts(_midnight(3), now)
