@@ -76,6 +76,9 @@ FORMAT_FIELD = {
     "minpriothreshold": "MinPrioThres",
 }
 LIST_KEYS = {"preempt", "flags"}  # comma lists compared as sets
+# TRES lists (`cpu=636,gres/gpu:h100=4`): sacctmgr shows them in its own TRES order.
+TRES_KEYS = {"grptres", "grptresmins", "grptresrunmins", "maxtres", "maxtresperjob", "maxtrespernode",
+             "maxtresperuser", "maxtrespu", "maxtresperaccount", "maxtrespa", "mintres", "mintresperjob"}
 SECONDS_KEYS = {"gracetime", "preemptexempttime"}  # plain numbers are seconds
 MINUTES_KEYS = {"maxwall", "maxwalldurationperjob", "grpwall"}  # plain numbers are minutes
 QOS_KEYS = {"qos", "qoslevel"}
@@ -200,7 +203,7 @@ def normalize(key: str, value: str) -> object:
     k, v = key.lower(), value.strip()
     if v == "-1":
         v = ""
-    if k in LIST_KEYS:
+    if k in LIST_KEYS or k in TRES_KEYS:
         return frozenset(x.lower() for x in v.split(",") if x)
     try:
         if k in SECONDS_KEYS:
