@@ -117,8 +117,12 @@ def _cluster(workdir: Path | None, site_name: str = "demo") -> Any:
 @click.option("--timeout", type=float, default=120.0, help="Seconds to wait for all-idle.")
 @click.option("--model", type=click.Path(dir_okay=False, exists=True, path_type=Path), default=None,
               help="An exported runtime model (`model export`) to compile into the bridge.")
+@click.option("--exporters", is_flag=True,
+              help="Also start a node exporter per node and the cluster exporter (Prometheus config in "
+                   "WORKDIR/monitor).")
 @reports_errors
-def cluster_up(site_path: Path, workdir: Path | None, timeout: float, model: Path | None) -> None:
+def cluster_up(site_path: Path, workdir: Path | None, timeout: float, model: Path | None,
+               exporters: bool) -> None:
     """Boot the cluster; returns when every node is idle."""
     from slurm_hetero.site import load_site
 
@@ -126,6 +130,10 @@ def cluster_up(site_path: Path, workdir: Path | None, timeout: float, model: Pat
     c = _cluster(workdir, s.name)
     took = c.up(s, timeout=timeout, log=console.print, model=model)
     console.print(f"cluster {s.name} up: {len(s.all_nodes)} nodes idle in {took:.1f} s")
+    if exporters:
+        ports = c.start_exporters(s)
+        console.print(f"exporters on 127.0.0.1 ports {min(ports.values())}-{max(ports.values())}; "
+                      f"scrape config: {c.workdir / 'monitor' / 'prometheus.yml'}")
     console.print(f"use it:  export SLURM_CONF={c.conf}")
     console.print(f"stop it: slurm-hetero cluster down --workdir {c.workdir}")
 

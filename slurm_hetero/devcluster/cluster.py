@@ -12,6 +12,7 @@ Layout of a workdir:
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -133,6 +134,7 @@ class ClusterMeta(TypedDict, total=False):
     clock: dict[str, float]  # {"speed": K, "offset_s": OFF}
     bridge: bool
     power: bool  # power saving on: a node's slurmd may be stopped (the node "asleep")
+    exporters: dict[str, int]  # Prometheus exporters: node name (or "cluster") -> port
 
 
 @dataclass(frozen=True)
@@ -214,6 +216,9 @@ class Cluster:
                        self.log / f"sampler-{n}.log") for n in self.info().get("sampled_nodes", [])]
         out += [Daemon(f"slurmd {n}", self.run / f"slurmd-{n}.pid", "slurmd",
                        self.log / f"slurmd-{n}.log", supervised=bool(meta.get("power"))) for n in nodes]
+        # Exporters last: stopped first, before the daemons they ask.
+        out += [Daemon(f"exporter {n}", self.run / f"exporter-{n}.pid", "slurm_hetero.monitor",
+                       self.log / f"exporter-{n}.log") for n in meta.get("exporters", {})]
         return out
 
     def daemon(self, name: str) -> Daemon | None:
@@ -307,6 +312,48 @@ class Cluster:
     def start_slurmd(self, node: str, rebooted: bool = False) -> None:
         """One node's slurmd; `rebooted`: report a fresh boot (-b), as a resumed node must."""
         self._spawn(["slurmd", *(["-b"] if rebooted else []), "-N", node])
+
+    def start_exporters(self, site: Site, every: float = 1.0, tier_s: float = 10.0,
+                        cluster_every: float = 60.0, sacct_every: float = 600.0) -> dict[str, int]:
+        """A node exporter for every node (its fake devices, as the agent sees them) and the
+        cluster exporter, on free loopback ports; `monitor/prometheus.yml` (with its rules)
+        scrapes them. Returns {node or "cluster": port}; `down` stops them."""
+        from slurm_hetero.monitor.render import PrometheusSettings, render_prometheus
+
+        meta = self.info()
+        nodes = meta.get("nodes", [])
+        ports = dict(zip([*nodes, "cluster"], procs.free_ports(len(nodes) + 1), strict=True))
+        arch = {n: g.architecture for g in site.node_groups for n in g.nodes}
+        py = [sys.executable, "-m", "slurm_hetero.monitor"]
+        for name, port in ports.items():
+            common = ["--port", str(port), "--listen", "127.0.0.1",
+                      "--pidfile", str(self.run / f"exporter-{name}.pid")]
+            argv = ([*py, "cluster-exporter", "--site", str(site.path), "--snapshot",
+                     str(self.state / "hetero-snapshot.lua"), "--every", f"{cluster_every:g}",
+                     "--sacct-every", f"{sacct_every:g}", *common] if name == "cluster" else
+                    [*py, "node-exporter", "--node", name, "--every", f"{every:g}", "--tier", f"{tier_s:g}",
+                     "--arch", arch.get(name, "x86_64"), *common])
+            self._spawn(argv, log=self.log / f"exporter-{name}.log")
+        meta["exporters"] = ports
+        write_files({"cluster.json": json.dumps(meta, indent=1)}, self.workdir)
+        for name, port in ports.items():
+            if not procs.wait_until(functools.partial(procs.port_open, port), 30):
+                raise RuntimeFailure(f"the {name} exporter did not listen on {port}:\n"
+                                     + (self.log / f"exporter-{name}.log").read_text()[-2000:])
+        settings = PrometheusSettings(node_targets=[f"127.0.0.1:{ports[n]}" for n in nodes],
+                                      cluster_targets=[f"127.0.0.1:{ports['cluster']}"])
+        write_files(render_prometheus(settings), self.workdir / "monitor")
+        return ports
+
+    def stop_exporters(self) -> None:
+        meta = self.info()
+        for d in self.daemons():
+            if d.name.startswith("exporter "):
+                pid = self.pid(d)
+                if pid:
+                    procs.stop(pid, d.expect)
+        meta.pop("exporters", None)
+        write_files({"cluster.json": json.dumps(meta, indent=1)}, self.workdir)
 
     def ship_energy(self) -> int:
         """Ship every node's spooled per-job figures into the accounting record now (the

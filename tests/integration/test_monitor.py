@@ -1,7 +1,8 @@
 """The exporters on the real dev cluster, scraped by a real Prometheus (Debian's package).
 
-Node exporters for a GPU node and an NPU node and the cluster exporter run as processes;
-Prometheus scrapes them with the rendered configuration and rules (short intervals). A GPU
+The dev cluster starts a node exporter for every node and the cluster exporter
+(`Cluster.start_exporters`, `cluster up --exporters`); Prometheus scrapes a GPU node's, an
+NPU node's and the cluster's with the rendered configuration and rules (short intervals). A GPU
 and an NPU job run: their devices' series must carry their job ids, as Prometheus stored
 them. Then the bridge daemon is stopped: the heartbeat alert must fire.
 """
@@ -12,7 +13,6 @@ import functools
 import json
 import shutil
 import subprocess
-import sys
 import time
 import urllib.parse
 import urllib.request
@@ -75,18 +75,13 @@ def monitoring(cluster: Cluster, demo_site: Site, tmp_path_factory: pytest.TempP
     if shutil.which("prometheus") is None:
         pytest.fail("Debian's prometheus package is not installed (apt-get install prometheus)")
     tmp = tmp_path_factory.mktemp("monitor")
-    gpu_port, npu_port, cluster_port, prom_port = free_ports(4)
-    env = cluster.runner.env()  # SLURM_CONF: the agent config next to it names the fake devices
-    py = [sys.executable, "-m", "slurm_hetero.monitor"]
-    argvs = [
-        [*py, "node-exporter", "--node", GPU_NODE, "--port", str(gpu_port), "--listen", "127.0.0.1",
-         "--tier", "2", "--arch", "x86_64"],
-        [*py, "node-exporter", "--node", NPU_NODE, "--port", str(npu_port), "--listen", "127.0.0.1",
-         "--tier", "2", "--arch", "aarch64"],
-        [*py, "cluster-exporter", "--site", str(demo_site.path), "--port", str(cluster_port),
-         "--listen", "127.0.0.1", "--snapshot", str(cluster.state / "hetero-snapshot.lua"),
-         "--every", "2", "--sacct-every", "0"],
-    ]
+    # The dev cluster starts an exporter for every node and the cluster exporter (fast here).
+    ports = cluster.start_exporters(demo_site, every=1, tier_s=2, cluster_every=2, sacct_every=0)
+    assert set(ports) == {*cluster.info()["nodes"], "cluster"}
+    gpu_port, npu_port, cluster_port = ports[GPU_NODE], ports[NPU_NODE], ports["cluster"]
+    (prom_port,) = free_ports(1)
+    env = cluster.runner.env()
+    argvs: list[list[str]] = []
     settings = PrometheusSettings(
         node_targets=[f"127.0.0.1:{gpu_port}", f"127.0.0.1:{npu_port}"],
         cluster_targets=[f"127.0.0.1:{cluster_port}"], rules_file=str(tmp / "hetero-rules.yml"),
@@ -104,7 +99,7 @@ def monitoring(cluster: Cluster, demo_site: Site, tmp_path_factory: pytest.TempP
             logs.append(log)
             procs.append(subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT,
                                           stdin=subprocess.DEVNULL))
-        for port in (gpu_port, npu_port, cluster_port, prom_port):
+        for port in (prom_port,):
             assert wait_until(functools.partial(port_open, port), 30), \
                 f"port {port} not open:\n" + "\n".join(p.read_text()[-2000:] for p in sorted(tmp.glob("proc-*.log")))
         prom = Prom(prom_port)
@@ -122,6 +117,7 @@ def monitoring(cluster: Cluster, demo_site: Site, tmp_path_factory: pytest.TempP
                 p.wait()
         for log in logs:
             log.close()
+        cluster.stop_exporters()
 
 
 def test_running_jobs_series_carry_their_job_id(cluster: Cluster, monitoring: Prom) -> None:
