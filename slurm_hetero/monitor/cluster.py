@@ -44,7 +44,7 @@ from slurm_hetero.slurm.parse import (
     parse_sinfo_nodes,
 )
 from slurm_hetero.slurm.runner import Runner
-from slurm_hetero.slurm.squeue import MAX_JSON_BYTES, SQUEUE_JSON_ARGV, QueuedJob, parse_job
+from slurm_hetero.slurm.squeue import MAX_JSON_BYTES, SQUEUE_JSON_ARGV, QueuedJob, json_number, parse_job
 
 log = logging.getLogger("slurm-hetero.monitor")
 ARCHES = ("x86_64", "aarch64")
@@ -83,20 +83,10 @@ def parse_queue(text: str) -> tuple[list[QueueEntry], list[str]]:
         except ValueError as e:
             problems.append(f"job entry {i}: {e}")
             continue
-        end = _number(j.get("end_time"))
+        end = json_number(j.get("end_time"))
         out.append(QueueEntry(job=job, qos=_text(j.get("qos")), tres_alloc=_text(j.get("tres_alloc_str")),
                               end_time=end if end else None))
     return out, problems
-
-
-def _number(v: Any) -> float | None:
-    if isinstance(v, dict):  # v0.0.40+: {"set": .., "infinite": .., "number": ..}
-        if not v.get("set", True) or v.get("infinite", False):
-            return None
-        v = v.get("number")
-    if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
-        return None
-    return float(v)
 
 
 def _text(v: Any) -> str:
@@ -305,7 +295,7 @@ def prediction(entry: QueueEntry, comment: dict[str, Any] | None = None) -> tupl
     pred = (parse_comment(j.admin_comment) if comment is None else comment).get("pred")
     if not isinstance(pred, dict):
         return None
-    p50, p90 = _number(pred.get("p50")), _number(pred.get("p90"))
+    p50, p90 = json_number(pred.get("p50")), json_number(pred.get("p90"))
     runtime = entry.end_time - j.start_time
     if p50 is None or p90 is None or p50 <= 0 or runtime < 0:
         return None
@@ -324,7 +314,7 @@ def policy_energy(rows: list[dict[str, str]]) -> dict[str, tuple[str, float]]:
         for summary in per_node.values():
             if not isinstance(summary, dict):
                 continue
-            e = _number(summary.get("energy_j"))
+            e = json_number(summary.get("energy_j"))
             total += e or 0.0
             if isinstance(summary.get("policy"), str):
                 policy = summary["policy"]

@@ -18,23 +18,14 @@ recorded only when the step lived past a JobAcctGatherFrequency sample.
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass, field
 from typing import Any
+
+from slurm_hetero.slurm.squeue import json_number
 
 MAX_JSON_BYTES = 64 << 20  # one job with thousands of steps stays well below
 _MEM_PER_CPU = 0x8000000000000000  # Slurm's MEM_PER_CPU flag on a 22.05 memory value
 _NO_VAL = 0xFFFFFFFE
-
-
-def _number(v: Any) -> float | None:
-    if isinstance(v, dict):
-        if not v.get("set", True) or v.get("infinite", False):
-            return None
-        v = v.get("number")
-    if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
-        return None
-    return float(v)
 
 
 def _obj(v: Any) -> dict[str, Any]:
@@ -50,13 +41,13 @@ def _text(v: Any) -> str:
 def _seconds(v: Any) -> float | None:
     """`{"seconds": S, "microseconds": U}` or a plain number."""
     if isinstance(v, dict) and "seconds" in v:
-        s, us = _number(v.get("seconds")), _number(v.get("microseconds")) or 0.0
+        s, us = json_number(v.get("seconds")), json_number(v.get("microseconds")) or 0.0
         return None if s is None else s + us / 1e6
-    return _number(v)
+    return json_number(v)
 
 
 def _time(v: Any) -> float | None:
-    t = _number(v)
+    t = json_number(v)
     return t if t else None  # 0: not yet (pending jobs have start 0)
 
 
@@ -68,7 +59,7 @@ def _tres(items: Any) -> dict[str, float]:
     for it in items:
         if not isinstance(it, dict):
             continue
-        kind, name, count = _text(it.get("type")), _text(it.get("name")), _number(it.get("count"))
+        kind, name, count = _text(it.get("type")), _text(it.get("name")), json_number(it.get("count"))
         if kind and count is not None:
             key = f"{kind}/{name}" if name else kind
             out[key] = out.get(key, 0.0) + count
@@ -130,13 +121,13 @@ class JobRecord:
 
 def _memory(j: dict[str, Any], cpus: float | None) -> tuple[float | None, bool]:
     req = _obj(j.get("required"))
-    per_node, per_cpu = _number(req.get("memory_per_node")), _number(req.get("memory_per_cpu"))
-    nodes = _number(j.get("allocation_nodes")) or 1.0
+    per_node, per_cpu = json_number(req.get("memory_per_node")), json_number(req.get("memory_per_cpu"))
+    nodes = json_number(j.get("allocation_nodes")) or 1.0
     if per_cpu:
         return per_cpu * (cpus or 1.0), True
     if per_node:
         return per_node * nodes, False
-    mem = _number(req.get("memory"))
+    mem = json_number(req.get("memory"))
     if mem is None or mem <= 0 or mem >= _NO_VAL:
         return None, False
     if int(mem) & _MEM_PER_CPU:
@@ -149,7 +140,7 @@ def _step(s: dict[str, Any]) -> Step:
     sid = st.get("id")
     if isinstance(sid, dict):  # v0.0.40+: {"job_id": .., "step_id": ..}
         sid = sid.get("step_id")
-    num = _number(sid)
+    num = json_number(sid)
     step_id = _text(sid) or ("" if num is None else str(int(num)))
     step_id = step_id.split(".", 1)[1] if "." in step_id else step_id  # 24.11: "12.batch"
     t = _obj(s.get("time"))
@@ -161,7 +152,7 @@ def _step(s: dict[str, Any]) -> Step:
         step=step_id,
         name=_text(st.get("name")),
         state=_text(s.get("state")).upper(),
-        elapsed_s=_number(t.get("elapsed")),
+        elapsed_s=json_number(t.get("elapsed")),
         cpu_s=_seconds(t.get("total")),
         max_rss_bytes=rss if rss else None,
         nodes=_text(nodes.get("range")),
@@ -176,19 +167,19 @@ def _job(j: dict[str, Any]) -> JobRecord:
     admin = (
         _text(comment.get("administrator")) if isinstance(comment, dict) else _text(j.get("admin_comment"))
     )
-    limit = _number(t.get("limit"))
+    limit = json_number(t.get("limit"))
     limit_s = None if limit is None or limit <= 0 or limit >= _NO_VAL else limit * 60.0
     requested, allocated = _tres(tres.get("requested")), _tres(tres.get("allocated"))
     req = _obj(j.get("required"))
-    cpus = _number(req.get("CPUs")) or requested.get("cpu")
+    cpus = json_number(req.get("CPUs")) or requested.get("cpu")
     mem, per_cpu = _memory(j, cpus)
     ec = _obj(j.get("exit_code"))
-    rc = _number(ec.get("return_code"))
+    rc = json_number(ec.get("return_code"))
     steps = tuple(_step(s) for s in j.get("steps", []) if isinstance(s, dict))
     nodes = _text(j.get("nodes"))
     start = _time(t.get("start"))
     return JobRecord(
-        job_id=int(_number(j.get("job_id")) or 0),
+        job_id=int(json_number(j.get("job_id")) or 0),
         name=_text(j.get("name")),
         user=_text(j.get("user")),
         account=_text(j.get("account")),
@@ -200,13 +191,13 @@ def _job(j: dict[str, Any]) -> JobRecord:
         eligible=_time(t.get("eligible")),
         start=start,
         end=_time(t.get("end")),
-        elapsed_s=_number(t.get("elapsed")) if start else None,
+        elapsed_s=json_number(t.get("elapsed")) if start else None,
         limit_s=limit_s,
         req_cpus=cpus,
         req_mem_mb=mem,
         mem_per_cpu=per_cpu,
         nodes="" if nodes in ("None assigned", "(null)") else nodes,
-        node_count=_number(j.get("allocation_nodes")) if start else None,
+        node_count=json_number(j.get("allocation_nodes")) if start else None,
         constraints=_text(j.get("constraints")),
         requested=requested,
         allocated=allocated,
@@ -225,7 +216,7 @@ def parse_sacct_job_json(text: str, job_id: int) -> JobRecord | None:
     doc = json.loads(text)
     if not isinstance(doc, dict) or not isinstance(doc.get("jobs"), list):
         raise ValueError("sacct --json answer has no jobs list")
-    found = [j for j in doc["jobs"] if isinstance(j, dict) and _number(j.get("job_id")) == job_id]
+    found = [j for j in doc["jobs"] if isinstance(j, dict) and json_number(j.get("job_id")) == job_id]
     return _job(found[-1]) if found else None
 
 
@@ -264,15 +255,15 @@ def record_from_squeue(text: str, job_id: int) -> JobRecord | None:
     jobs = doc.get("jobs") if isinstance(doc, dict) else None
     if not isinstance(jobs, list):
         raise ValueError("squeue --json answer has no jobs list")
-    j = next((x for x in jobs if isinstance(x, dict) and _number(x.get("job_id")) == job_id), None)
+    j = next((x for x in jobs if isinstance(x, dict) and json_number(x.get("job_id")) == job_id), None)
     if j is None:
         return None
-    limit = _number(j.get("time_limit"))
-    cpus = _number(j.get("cpus"))
+    limit = json_number(j.get("time_limit"))
+    cpus = json_number(j.get("cpus"))
     start = _time(j.get("start_time"))
     state = _text(j.get("job_state")).upper()
-    per_cpu, per_node = _number(j.get("memory_per_cpu")), _number(j.get("memory_per_node"))
-    nodes = _number(j.get("node_count")) or 1.0
+    per_cpu, per_node = json_number(j.get("memory_per_cpu")), json_number(j.get("memory_per_node"))
+    nodes = json_number(j.get("node_count")) or 1.0
     mem = per_cpu * (cpus or 1.0) if per_cpu else per_node * nodes if per_node else None
     running = start is not None and state != "PENDING"
     return JobRecord(

@@ -37,8 +37,13 @@ class QueuedJob:
     reason: str = ""  # why a pending job waits (Resources, Priority, JobHeldUser, Dependency, ...)
 
 
-def _number(v: Any) -> float | None:
-    """A JSON number in either shape; None for unset, infinite or not a number."""
+def json_number(v: Any) -> float | None:
+    """A number of Slurm's JSON output in either shape (a plain number, or 23.02+'s
+    {"set", "infinite", "number"}); None for unset, infinite or not a number.
+
+    >>> json_number(5), json_number({"set": True, "number": 7}), json_number({"set": False})
+    (5.0, 7.0, None)
+    """
     if isinstance(v, dict):
         if not v.get("set", True) or v.get("infinite", False):
             return None
@@ -62,15 +67,15 @@ def parse_job(j: Any) -> QueuedJob:
     """One job object → QueuedJob; ValueError when it lacks an id."""
     if not isinstance(j, dict):
         raise ValueError("job entry is not an object")
-    jid = _number(j.get("job_id"))
+    jid = json_number(j.get("job_id"))
     if jid is None or jid <= 0 or jid != int(jid):
         raise ValueError(f"job entry without a valid job_id: {str(j.get('job_id'))[:40]!r}")
-    limit = _number(j.get("time_limit"))
+    limit = json_number(j.get("time_limit"))
     # 22.05 reports "no limit" as 4294967295 (INFINITE) and unset as 4294967294 (NO_VAL).
     if limit is not None and (limit < 0 or limit >= 0xFFFFFFFE):
         limit = None
-    start = _number(j.get("start_time"))
-    submit = _number(j.get("submit_time"))
+    start = json_number(j.get("start_time"))
+    submit = json_number(j.get("submit_time"))
     gres = j.get("gres_detail")
     return QueuedJob(
         job_id=int(jid), state=_state(j.get("job_state")), user=_text(j.get("user_name")),
@@ -80,7 +85,7 @@ def parse_job(j: Any) -> QueuedJob:
         admin_comment=_text(j.get("admin_comment")),
         gres_detail=tuple(g for g in gres if isinstance(g, str)) if isinstance(gres, list) else (),
         nodes=_text(j.get("nodes")), tres_per_node=_text(j.get("tres_per_node")),
-        features=_text(j.get("features")), node_count=int(_number(j.get("node_count")) or 1),
+        features=_text(j.get("features")), node_count=int(json_number(j.get("node_count")) or 1),
         reason=_text(j.get("state_reason")))
 
 
