@@ -42,6 +42,8 @@ local PARTITION_LIMITS = site("PARTITION_LIMITS", {})  -- partition -> minutes
 local DEFAULT_PARTITION = site("DEFAULT_PARTITION", "")
 local MODEL_LUA = site("MODEL_LUA", nil)     -- the exported runtime model, a Lua chunk
 local MIGRATE = site("MIGRATE", false)       -- the daemon may move pending jobs between pools
+local LIMITED_TIERS = site("LIMITED_TIERS", {})  -- tiers with per-model GrpTRES limits -> true
+local DEFAULT_TIER = site("DEFAULT_TIER", "")
 
 -- Before each call job_submit/lua (22.05) rebuilds slurm.jobs: a table, a metatable and a C
 -- closure per job slurmctld holds, garbage at the next submission. With the model this Lua
@@ -722,7 +724,11 @@ local function decide(job_desc, opts, now, partition, tres)
         -- Movable: Slurm 22.05 cannot change the GRES type of a pending job, so where the
         -- daemon may move jobs the GRES stays untyped and the model's node feature pins it
         -- (a move rewrites the feature; Slurm still allocates and accounts typed devices).
-        if MIGRATE and #cands > 1 and not opts.image and job_desc.container == nil then
+        -- Not for a tier with per-model limits: Slurm counts those only on typed requests
+        -- (an untyped gres:gpu:2 passes a tier's gres/gpu:v100=2 cap: seen on 22.05).
+        local tier = set.qos or job_desc.qos or DEFAULT_TIER
+        if MIGRATE and #cands > 1 and not opts.image and job_desc.container == nil
+            and not LIMITED_TIERS[tier] then
             set.tres_per_node = GRES_PREFIX .. m.gres .. ":" .. best.n
             place = best.pool.model
             record[#record + 1] = '"movable":true'

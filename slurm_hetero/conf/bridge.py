@@ -23,6 +23,7 @@ SITE_TABLES: tuple[str, ...] = (
     "MODEL_GROUPS", "MODEL_ALIASES", "POOLS", "TIERS", "ENERGY", "GRES_PARTITIONS", "IMAGES",
     "IMAGE_TAGS", "GRES_STACKS", "MOUNT_ALLOW", "MOUNTS_VAR", "PREDICTED_LIMITS",
     "PARTITION_LIMITS", "DEFAULT_PARTITION", "MODEL_LUA", "MIGRATE", "TIER_NOTES",
+    "LIMITED_TIERS", "DEFAULT_TIER",
 )
 
 
@@ -46,6 +47,7 @@ def bridge_context(site: Site) -> dict[str, object]:
         "pools": pools(site),
         "tiers": [q.name for q in site.qos],
         "tier_notes": {v.name: f"hetero: tier {v.name}: {v.fate()}" for v in tier_views(site)},
+        "limited_tiers": [q.name for q in site.qos if any(":" in k for k, _ in q.grp_tres)],
         "policies": site.energy_policies,
         "site_table_names": SITE_TABLES,
         "bridge_lua": bridge_source().rstrip("\n"),

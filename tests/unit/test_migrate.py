@@ -76,6 +76,13 @@ def test_where_the_daemon_may_move_jobs_the_bridge_places_them_movable(site: Sit
     # One pool only, or a pinned model: nothing to move between, the GRES stays typed.
     rc, desc = js.submit({"accel": "a100-80gb:2"})
     assert desc["tres_per_node"] == "gres:gpu:a100-80gb:2" and "movable" not in desc["admin_comment"]
+    # A tier whose limits cap models keeps typed GRES: Slurm counts those caps only on typed
+    # requests (two untyped diamond jobs held 4 V100s past diamond's gres/gpu:v100=2 on 22.05).
+    for opts, fields in (({"accel": "nvidia:2", "tier": "diamond"}, {}), ({"accel": "nvidia:2"}, {"qos": "diamond"})):
+        rc, desc = js.submit(opts, **fields)
+        assert desc["tres_per_node"] == "gres:gpu:v100:2" and "movable" not in desc["admin_comment"], opts
+    rc, desc = js.submit({"accel": "nvidia:2", "tier": "silver"})
+    assert desc["tres_per_node"] == "gres:gpu:2"  # silver has no limits: movable
     # A site that does not move jobs: typed GRES as always.
     plain = JobSubmit(render_site(site, Profile(state_dir=str(tmp_path)))["job_submit.lua"])
     rc, desc = plain.submit({"accel": "nvidia:2"})

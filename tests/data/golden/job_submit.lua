@@ -85,6 +85,9 @@ local PARTITION_LIMITS = {
 local DEFAULT_PARTITION = "cpu"
 -- The bridge daemon may move pending jobs between the pools of their request.
 local MIGRATE = false
+-- Tiers whose GrpTRES caps models (their jobs keep typed GRES: Slurm counts only those).
+local LIMITED_TIERS = { ["diamond"] = true, }
+local DEFAULT_TIER = "gold"
 local MODEL_LUA = nil
 
 -- ---- the bridge's logic: slurm_hetero/bridge/bridge.lua, verbatim ---------------------
@@ -133,6 +136,8 @@ local PARTITION_LIMITS = site("PARTITION_LIMITS", {})  -- partition -> minutes
 local DEFAULT_PARTITION = site("DEFAULT_PARTITION", "")
 local MODEL_LUA = site("MODEL_LUA", nil)     -- the exported runtime model, a Lua chunk
 local MIGRATE = site("MIGRATE", false)       -- the daemon may move pending jobs between pools
+local LIMITED_TIERS = site("LIMITED_TIERS", {})  -- tiers with per-model GrpTRES limits -> true
+local DEFAULT_TIER = site("DEFAULT_TIER", "")
 
 -- Before each call job_submit/lua (22.05) rebuilds slurm.jobs: a table, a metatable and a C
 -- closure per job slurmctld holds, garbage at the next submission. With the model this Lua
@@ -813,7 +818,11 @@ local function decide(job_desc, opts, now, partition, tres)
         -- Movable: Slurm 22.05 cannot change the GRES type of a pending job, so where the
         -- daemon may move jobs the GRES stays untyped and the model's node feature pins it
         -- (a move rewrites the feature; Slurm still allocates and accounts typed devices).
-        if MIGRATE and #cands > 1 and not opts.image and job_desc.container == nil then
+        -- Not for a tier with per-model limits: Slurm counts those only on typed requests
+        -- (an untyped gres:gpu:2 passes a tier's gres/gpu:v100=2 cap: seen on 22.05).
+        local tier = set.qos or job_desc.qos or DEFAULT_TIER
+        if MIGRATE and #cands > 1 and not opts.image and job_desc.container == nil
+            and not LIMITED_TIERS[tier] then
             set.tres_per_node = GRES_PREFIX .. m.gres .. ":" .. best.n
             place = best.pool.model
             record[#record + 1] = '"movable":true'
@@ -1005,6 +1014,8 @@ bridge({
     MODEL_LUA = MODEL_LUA,
     MIGRATE = MIGRATE,
     TIER_NOTES = TIER_NOTES,
+    LIMITED_TIERS = LIMITED_TIERS,
+    DEFAULT_TIER = DEFAULT_TIER,
 })
 
 return slurm.SUCCESS
