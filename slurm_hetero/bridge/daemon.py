@@ -29,7 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from slurm_hetero.bridge.migrate import Move, Planner, Requeue
+from slurm_hetero.bridge.migrate import Move, Planner, Requeue, take
 from slurm_hetero.bridge.snapshot import Forecast, PoolCapacity, take_snapshot
 from slurm_hetero.errors import RuntimeFailure
 from slurm_hetero.power.keeper import Keeper
@@ -257,10 +257,8 @@ class BridgeDaemon:
             self.keeper.round(self.forecast)  # throttles itself (once a minute), never raises
         moved = self.move_pending(queue, caps)
         for m in moved:  # the devices those moves take are not free for a requeue
-            cap = caps.get(m.to_pool)
-            if cap is not None:
-                cap.free -= m.n
-                cap.free_max_node = max(0, cap.free_max_node - m.n)
+            if m.to_pool in caps:
+                take(caps[m.to_pool], m.n)
         self.requeue_running(queue, caps)
 
     def run(self, rounds: int | None = None) -> None:

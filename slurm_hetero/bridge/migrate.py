@@ -149,7 +149,7 @@ class Planner:
             move = self.move_for(job, left, now)
             if move is not None:
                 moves.append(move)
-                _take(left[move.to_pool], move.n)
+                take(left[move.to_pool], move.n)
         return moves
 
     def plan_running(self, jobs: list[QueuedJob], caps: dict[str, PoolCapacity], now: float
@@ -166,7 +166,7 @@ class Planner:
             r = self.requeue_for(job, left, now)
             if r is not None:
                 out.append(r[0])
-                _take(left[r[0].to_pool], r[1])
+                take(left[r[0].to_pool], r[1])
         return out
 
     # ---- one job ---------------------------------------------------------------------
@@ -295,7 +295,8 @@ class Planner:
         return None
 
 
-def _take(cap: PoolCapacity, n: int) -> None:
+def take(cap: PoolCapacity, n: int) -> None:
+    """A move's devices are no longer free for the rest of the round."""
     cap.free -= n
     cap.free_max_node = max(0, cap.free_max_node - n)
 

@@ -7,6 +7,8 @@ as A100 work."""
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -29,19 +31,30 @@ def queued(c: Cluster, jid: int) -> QueuedJob | None:
     return next((j for j in jobs if j.job_id == jid), None)
 
 
+@contextmanager
+def moving(c: Cluster, demo_site: Site, tmp_path: Path, migration: str) -> Iterator[None]:
+    """The cluster's bridge (job_submit.lua and daemon) on the demo site plus `migration`,
+    with a fresh snapshot; the demo's own afterwards."""
+    variant = tmp_path / "site.yaml"
+    variant.write_text((ROOT / "site" / "demo" / "site.yaml").read_text() + f"\nmigration: {migration}\n")
+    site = load_site(variant)
+    c.load_model(site, None)  # job_submit.lua of the variant (slurmctld re-reads it)
+    c.stop_bridge()
+    c.start_bridge(site, every=1.0)
+    try:
+        assert wait_until(lambda: "v100@x86_64" in (c.state / "hetero-snapshot.lua").read_text(), 20)
+        yield
+    finally:
+        c.load_model(demo_site, None)
+        c.stop_bridge()
+        c.start_bridge(demo_site)
+
+
 def test_pending_job_moves_to_a_pool_with_room(cluster: Cluster, demo_site: Site, tmp_path: Path) -> None:
     c = cluster
-    variant = tmp_path / "site.yaml"
-    variant.write_text((ROOT / "site" / "demo" / "site.yaml").read_text()
-                       + "\nmigration: {pending: true, pending_after: 3s}\n")
-    moving = load_site(variant)
-    c.load_model(moving, None)  # job_submit.lua of the variant (slurmctld re-reads it)
-    c.stop_bridge()
-    c.start_bridge(moving, every=1.0)
     jid = 0
-    try:
+    with moving(c, demo_site, tmp_path, "{pending: true, pending_after: 3s}"):
         # Snapshot fresh, everything idle: nvidia:2 goes to the cheapest pool with room.
-        assert wait_until(lambda: "v100@x86_64" in (c.state / "hetero-snapshot.lua").read_text(), 20)
         jid = submit(c.runner, ["-H", "--accel=nvidia:2", "-o", "/dev/null"], "sleep 3")
         first = queued(c, jid)
         assert first is not None, jid
@@ -49,13 +62,11 @@ def test_pending_job_moves_to_a_pool_with_room(cluster: Cluster, demo_site: Site
         assert (rec["pool"], rec["movable"], first.tres_per_node, first.features) == \
             ("v100@x86_64", True, "gres:gpu:2", "x86_64&v100"), first
         c.runner.run(["scontrol", "update", "NodeName=v100-01", "State=DRAIN", "Reason=maintenance"])
-        c.runner.run(release_argv([jid]))
-        wait_done(c.runner, [jid], timeout=90)
-    finally:
-        c.runner.run(["scontrol", "update", "NodeName=v100-01", "State=RESUME"], check=False)
-        c.load_model(demo_site, None)
-        c.stop_bridge()
-        c.start_bridge(demo_site)
+        try:
+            c.runner.run(release_argv([jid]))
+            wait_done(c.runner, [jid], timeout=90)
+        finally:
+            c.runner.run(["scontrol", "update", "NodeName=v100-01", "State=RESUME"], check=False)
     row = sacct_jobs(c.runner, [jid], ["JobID", "State", "NodeList", "AllocTRES", "AdminComment"],
                      require=["AdminComment"])[jid]
     assert row["State"] == "COMPLETED" and row["NodeList"].startswith("a100-"), row
@@ -77,28 +88,16 @@ def test_running_migratable_job_is_requeued_into_a_faster_pool_and_resumes(
     from tests.integration.test_checkpoint import BODY
 
     c = cluster
-    variant = tmp_path / "site.yaml"
-    variant.write_text((ROOT / "site" / "demo" / "site.yaml").read_text()
-                       + "\nmigration: {pending: true, pending_after: 3s, running: true, running_gain: 0.2,"
-                         " restart_cost: 5s}\n")
-    moving = load_site(variant)
     folder = tmp_path / "ckpt"
     folder.mkdir()
     script = tmp_path / "job.py"
     script.write_text(BODY.replace("STEPS_TOTAL", "60"))
-    c.load_model(moving, None)
-    c.stop_bridge()
-    c.start_bridge(moving, every=1.0)
     jid = 0
-    try:
-        assert wait_until(lambda: "v100@x86_64" in (c.state / "hetero-snapshot.lua").read_text(), 20)
+    with moving(c, demo_site, tmp_path, "{pending: true, pending_after: 3s, running: true, running_gain: 0.2,"
+                                        " restart_cost: 5s}"):
         jid = submit(c.runner, ["--accel=nvidia:1", f"--checkpoint={folder}", "--migratable", "-t", "10",
                                 "-o", str(tmp_path / "out-%j.txt")], f"exec {sys.executable} {script} {folder}")
         wait_done(c.runner, [jid], timeout=240)
-    finally:
-        c.load_model(demo_site, None)
-        c.stop_bridge()
-        c.start_bridge(demo_site)
     row = sacct_jobs(c.runner, [jid], ["JobID", "State", "NodeList", "AllocTRES", "AdminComment"],
                      require=["AdminComment"])[jid]
     assert row["State"] == "COMPLETED" and row["NodeList"].startswith("a100-"), row

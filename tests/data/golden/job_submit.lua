@@ -820,9 +820,9 @@ local function decide(job_desc, opts, now, partition, tres)
         -- (a move rewrites the feature; Slurm still allocates and accounts typed devices).
         -- Not for a tier with per-model limits: Slurm counts those only on typed requests
         -- (an untyped gres:gpu:2 passes a tier's gres/gpu:v100=2 cap: seen on 22.05).
-        local tier = set.qos or job_desc.qos or DEFAULT_TIER
+        -- (Only on such sites: the checks read slurmctld's fields, the common path reads none.)
         if MIGRATE and #cands > 1 and not opts.image and job_desc.container == nil
-            and not LIMITED_TIERS[tier] then
+            and not LIMITED_TIERS[set.qos or job_desc.qos or DEFAULT_TIER] then
             set.tres_per_node = GRES_PREFIX .. m.gres .. ":" .. best.n
             place = best.pool.model
             record[#record + 1] = '"movable":true'
