@@ -39,7 +39,6 @@ restart its run time starts at 0 again and its progress is not known here.
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, replace
 from typing import Any
@@ -47,7 +46,7 @@ from typing import Any
 from slurm_hetero.bridge.snapshot import PoolCapacity
 from slurm_hetero.site.model import MigrationSettings, Site
 from slurm_hetero.site.pools import Pool, pools
-from slurm_hetero.slurm.comment import parse_comment
+from slurm_hetero.slurm.comment import parse_comment, replace_comment
 from slurm_hetero.slurm.squeue import QueuedJob
 
 # Reasons of a job that waits for nodes (22.05 and 24.11 spellings); anything else (held,
@@ -221,7 +220,7 @@ class Planner:
         prefix = "gres/" if job.tres_per_node.startswith("gres/") else "gres:"
         return Move(job_id=job.job_id, from_pool=here.key, to_pool=t.pool.key, n=t.n,
                     tres_per_node=f"{prefix}{model.gres_name}:{t.n}", partition=t.partition,
-                    features=t.features, comment=json.dumps(record, separators=(",", ":")),
+                    features=t.features, comment=replace_comment(job.admin_comment, record),
                     why=why, release=release)
 
     def move_for(self, job: QueuedJob, caps: dict[str, PoolCapacity], now: float) -> Move | None:
@@ -291,7 +290,7 @@ class Planner:
                 why = (f"{t.pool.key} has room: about {human_s(after)} left there instead of "
                        f"{human_s(left)} on {here.key}, restart included")
                 return Requeue(job.job_id, here.key, t.pool.key,
-                               json.dumps(record, separators=(",", ":")), why), t.n
+                               replace_comment(job.admin_comment, record), why), t.n
         return None
 
 

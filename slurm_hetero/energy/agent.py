@@ -31,6 +31,7 @@ from slurm_hetero.energy.state import AgentConfig, NodeState, config_path
 from slurm_hetero.errors import RuntimeFailure
 from slurm_hetero.fileio import write_json_atomic as write_json
 from slurm_hetero.site.policies import EnergyPolicy
+from slurm_hetero.slurm.comment import parse_comment
 from slurm_hetero.slurm.hostlist import HostlistError, contains
 from slurm_hetero.slurm.parse import parse_slurm_time
 from slurm_hetero.slurm.runner import Runner
@@ -92,11 +93,8 @@ def job_view(job_id: str, node: str, env: Mapping[str, str] | None = None) -> Jo
 
 
 def requested_policy(admin_comment: str) -> str | None:
-    try:
-        d = json.loads(admin_comment) if admin_comment.startswith("{") else {}
-    except ValueError:
-        return None
-    value = d.get("energy")
+    """The energy policy the bridge decided (our record, wherever it sits in the comment)."""
+    value = parse_comment(admin_comment).get("energy")
     return value if isinstance(value, str) else None
 
 

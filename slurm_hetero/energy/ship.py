@@ -32,6 +32,7 @@ from typing import Any
 from slurm_hetero.energy.state import NodeState
 from slurm_hetero.fileio import write_json_atomic
 from slurm_hetero.slurm.comment import (
+    ForeignTextChanged,
     batch_comment_input,
     db_comments_argv,
     merge_comment,
@@ -110,7 +111,14 @@ def ship(runner: Runner, st: NodeState, node: str, now: float | None = None,
             path.unlink(missing_ok=True)  # read back: it stays
             done.confirmed += 1
             continue
-        lines.append((job, merge_comment(current, {"node_energy": {node: rec["summary"]}})))
+        try:
+            merged = merge_comment(current, {"node_energy": {node: rec["summary"]}}, via_sacctmgr=True)
+        except ForeignTextChanged as e:  # never change another tool's text to add ours
+            log.warning("job %s: %s's figures not written: %s", job, node, e)
+            path.unlink(missing_ok=True)
+            done.dropped += 1
+            continue
+        lines.append((job, merged))
     batch = [(j, c) for j, c in lines if sits_on_a_line(c)]
     if batch:
         argv, text = batch_comment_input(batch)

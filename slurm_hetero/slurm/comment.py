@@ -1,13 +1,26 @@
-"""Merging the agent's figures into a job's admin comment without losing the bridge's JSON.
+"""Our record inside a job's admin comment, beside whatever else the site keeps there.
+
+The bridge's decision and the agent's figures are one JSON object that starts with
+`{"hetero":1` (its own key). It shares the field with other tools (Princeton's jobstats
+writes `JS1:<base64>` at job end; admins write notes): what is not ours is kept byte for
+byte, ours goes after it with one space, and a writer replaces only our object. The last
+such object that parses is ours; a later one cannot come from a user (AdminComment is
+admin-only) and ours is always written last.
 
 After a job ends, only `sacctmgr modify job ... set AdminComment=` can change the comment,
 and sacctmgr stores every double quote as a backquote. Our JSON never holds a backquote of
 its own (values are names, numbers and ids), so readers turn them back: `parse_comment`.
+A foreign part holding a double quote would come back changed, so `merge_comment` refuses
+to write it (`ForeignTextChanged`) rather than alter someone else's text.
+
+Earlier releases owned the whole field: `{...}` without "hetero" (the agent's figures
+alone) or `{"text": FOREIGN, ...}` (foreign text wrapped). Both are still read, and the
+next write puts FOREIGN back in front, as it was.
 
 >>> merge_comment('{"hetero":1,"energy":"efficiency"}', {"node_energy": {"n1": {"energy_j": 5}}})
 '{"hetero":1,"energy":"efficiency","node_energy":{"n1":{"energy_j":5}}}'
->>> merge_comment("set by an admin", {"x": 1})
-'{"text":"set by an admin","x":1}'
+>>> merge_comment("JS1:H4sIAAAA", {"x": 1})
+'JS1:H4sIAAAA {"hetero":1,"x":1}'
 """
 
 from __future__ import annotations
@@ -17,34 +30,102 @@ from typing import Any
 
 # Slurm keeps comments of any length; ours are well under 4 KB. Longer text is not ours.
 MAX_COMMENT = 64 * 1024
+_MARK = '{"hetero":'  # after backquotes are turned back into quotes
+# Keys only our records ever had at the top level (the whole-field layouts of earlier releases).
+_LEGACY_KEYS = frozenset({"hetero", "node_energy"})
+_DECODER = json.JSONDecoder()
+
+
+class ForeignTextChanged(ValueError):
+    """Writing through sacctmgr would change another tool's text (it holds a double quote)."""
+
+
+def split_comment(text: str) -> tuple[str, dict[str, Any], str]:
+    r"""(before, ours, after): our record and the foreign text around it, byte for byte.
+
+    >>> split_comment('note {"hetero":1,"a":2}')
+    ('note', {'hetero': 1, 'a': 2}, '')
+    >>> split_comment('{`hetero`:1}\n12/01 bb: failed')
+    ('', {'hetero': 1}, '\n12/01 bb: failed')
+    >>> split_comment('{"text":"JS1:xy","node_energy":{}}'), split_comment("plain")
+    (('JS1:xy', {'node_energy': {}}, ''), ('plain', {}, ''))
+    """
+    if len(text) > MAX_COMMENT:
+        return text, {}, ""
+    unquoted = text.replace("`", '"')  # same length: positions hold in both
+    at = len(text)
+    while at > 0:
+        at = max(unquoted.rfind(_MARK, 0, at), -1)
+        if at < 0:
+            break
+        try:
+            obj, end = _DECODER.raw_decode(unquoted, at)
+        except (ValueError, RecursionError):  # RecursionError: nesting deeper than the stack
+            continue
+        if isinstance(obj, dict):
+            before = text[:at]
+            # The one space we put between the foreign text and ours is ours.
+            return (before[:-1] if before.endswith(" ") else before), obj, text[end:]
+    return _legacy(text, unquoted)
+
+
+def _legacy(text: str, unquoted: str) -> tuple[str, dict[str, Any], str]:
+    stripped = unquoted.strip()
+    if not stripped.startswith("{"):
+        return text, {}, ""
+    try:
+        obj = json.loads(stripped)
+    except (ValueError, RecursionError):
+        return text, {}, ""
+    if not isinstance(obj, dict) or not (_LEGACY_KEYS & obj.keys() or set(obj) == {"text"}):
+        return text, {}, ""  # someone else's JSON: not ours to touch
+    foreign = obj.pop("text", "")
+    return (foreign if isinstance(foreign, str) else ""), obj, ""
 
 
 def parse_comment(text: str) -> dict[str, Any]:
-    """The JSON object in an admin comment ({} if none), whether sacctmgr rewrote it or not.
+    """Our record in an admin comment ({} if none), whether sacctmgr rewrote it or not.
 
     >>> parse_comment('{`hetero`:1,`model`:`h100`}')
     {'hetero': 1, 'model': 'h100'}
+    >>> parse_comment('JS1:H4sI {"hetero":1,"pool":"v100@x86_64"}')["pool"]
+    'v100@x86_64'
     """
-    text = text.strip()
-    if not text.startswith("{") or len(text) > MAX_COMMENT:
-        return {}
-    try:
-        parsed = json.loads(text.replace("`", '"'))
-    except (ValueError, RecursionError):  # RecursionError: nesting deeper than the stack
-        return {}
-    return parsed if isinstance(parsed, dict) else {}
+    return split_comment(text.strip())[1]
 
 
-def merge_comment(current: str, add: dict[str, Any]) -> str:
-    """Deep-merge `add` into the JSON object in `current` (kept as "text" if not JSON).
+def join_comment(before: str, ours: dict[str, Any], after: str = "") -> str:
+    """The field with our record (always first key "hetero") between the foreign parts."""
+    record = {"hetero": ours.get("hetero", 1), **{k: v for k, v in ours.items() if k != "hetero"}}
+    body = json.dumps(record, separators=(",", ":"))
+    return (f"{before} {body}" if before else body) + after
 
-    >>> merge_comment("{}", {"a": 1}), merge_comment("", {"a": 1}), merge_comment("JS1:x", {"a": 1})
-    ('{"a":1}', '{"a":1}', '{"text":"JS1:x","a":1}')
+
+def merge_comment(current: str, add: dict[str, Any], via_sacctmgr: bool = False) -> str:
+    """Deep-merge `add` into our record in `current`, the foreign text kept as it is.
+
+    >>> merge_comment("{}", {"a": 1}), merge_comment("", {"a": 1})
+    ('{"hetero":1,"a":1}', '{"hetero":1,"a":1}')
+    >>> merge_comment('{"text":"set by an admin","node_energy":{"n1":1}}', {"node_energy": {"n2": 2}})
+    'set by an admin {"hetero":1,"node_energy":{"n1":1,"n2":2}}'
     """
-    base = parse_comment(current)
-    if not base and current.strip() and current.strip().replace("`", '"') != "{}":
-        base = {"text": current}
-    return json.dumps(_merge(base, add), separators=(",", ":"))
+    before, ours, after = split_comment(current)
+    if not ours and before.strip() in ("{}", "(null)"):
+        before = ""
+    if via_sacctmgr and ('"' in before or '"' in after):
+        raise ForeignTextChanged("the comment's other text holds a double quote, which sacctmgr "
+                                 "would store as a backquote")
+    return join_comment(before, _merge(ours, add), after)
+
+
+def replace_comment(current: str, ours: dict[str, Any]) -> str:
+    """`current` with our record replaced by `ours` (the foreign text kept as it is).
+
+    >>> replace_comment('JS1:x {"hetero":1,"pool":"a"} end', {"hetero": 1, "pool": "b"})
+    'JS1:x {"hetero":1,"pool":"b"} end'
+    """
+    before, _, after = split_comment(current)
+    return join_comment(before, ours, after)
 
 
 def _merge(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
@@ -97,8 +178,26 @@ def parse_db_comments(text: str) -> dict[str, str]:
 def sits_on_a_line(comment: str) -> bool:
     """Can sacctmgr's command-line parser read this value from a line of its stdin as one
     word? Our JSON (no spaces outside strings) can, unless a string holds a quote of its own
-    (escaped: a backslash) or a line break; those go one argv each."""
-    return not any(c in comment for c in "\\'\n\r") and len(comment) <= MAX_COMMENT
+    (escaped: a backslash) or a line break, or the site's own text in front of ours has
+    blanks outside quotes; those go one argv each.
+
+    >>> sits_on_a_line('{"a":"x y"}'), sits_on_a_line('JS1:ab {"hetero":1,"a":"x y"}')
+    (True, True)
+    >>> sits_on_a_line('an admin note {"hetero":1}'), sits_on_a_line('{"hetero":1} bb: failed')
+    (False, False)
+    """
+    if any(c in comment for c in "\\'\n\r") or len(comment) > MAX_COMMENT:
+        return False
+    before, ours, after = split_comment(comment)
+    if ours and before:  # one word of foreign text, the one space, our compact JSON
+        return not after and not any(c in before for c in ' \t"')
+    quoted = False
+    for c in comment:
+        if c == '"':
+            quoted = not quoted
+        elif c in " \t" and not quoted:
+            return False
+    return not quoted
 
 
 def batch_comment_input(updates: list[tuple[str, str]]) -> tuple[list[str], str]:

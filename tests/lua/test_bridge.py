@@ -298,3 +298,16 @@ def test_gres_spelling_follows_slurm_version(site: Site) -> None:
     js = JobSubmit(new)
     assert js.submit({"accel": "h100:1"})[1]["tres_per_node"] == "gres/gpu:h100:1"
     assert js.submit(tres_per_node="gres/npu:1")[1]["partition"] == "npu"
+
+
+def test_an_admin_comment_given_at_submit_stays_in_front_of_ours(js: JobSubmit) -> None:
+    # jobstats-style or an admin's text: kept byte for byte, our record after one space.
+    theirs = 'JS1:H4sIAAAA note="x y"'
+    rc, desc = js.submit({"accel": "any:2"}, admin_comment=theirs)
+    assert rc == 0 and desc["admin_comment"].startswith(theirs + ' {"hetero":1,')
+    from slurm_hetero.slurm.comment import split_comment
+    before, ours, after = split_comment(desc["admin_comment"])
+    assert (before, after) == (theirs, "") and ours["hetero"] == 1 and ours["model"] == "v100"
+    # Without one, the field is ours alone, as before.
+    rc, desc = js.submit({"accel": "any:2"})
+    assert desc["admin_comment"].startswith('{"hetero":1,')

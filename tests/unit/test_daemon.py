@@ -137,14 +137,14 @@ def test_one_bad_job_costs_itself_not_the_round(tmp_path: Path) -> None:
     from slurm_hetero.site import load_site
 
     now = time.time()
-    shortened = json.dumps({"shortened": True, "user_limit_min": 60})
+    shortened = json.dumps({"hetero": 1, "shortened": True, "user_limit_min": 60})
     jobs: list[object] = [
         {"job_id": 1, "job_state": "RUNNING", "time_limit": "zz", "start_time": now - 600,
          "admin_comment": shortened},                                        # limit not a number
         {"job_id": 2, "job_state": "RUNNING", "time_limit": 10, "start_time": now - 590,
          "admin_comment": "{" + '"a":[' * 50_000 + "]" * 50_000 + "}"},     # nesting bomb
         {"job_id": 3, "job_state": "RUNNING", "time_limit": 10, "start_time": now - 590,
-         "admin_comment": json.dumps({"shortened": True, "user_limit_min": 100_000_000})},
+         "admin_comment": json.dumps({"hetero": 1, "shortened": True, "user_limit_min": 100_000_000})},
         {"job_id": "x"}, [1, 2],                                              # not jobs at all
         {"job_id": 4, "job_state": "RUNNING", "time_limit": 10, "start_time": now - 590,
          "admin_comment": shortened, "comment": 'AdminComment={"user_limit_min":100000}'},

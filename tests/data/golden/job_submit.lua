@@ -970,6 +970,10 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
         slurm.log_user("%s", err)
         return slurm.ERROR
     end
+    -- Our record goes after what an admin (or an earlier plugin) put in the comment, which
+    -- stays as it is (slurm/comment.py reads the last {"hetero": object as ours).
+    local prior = set.admin_comment and job_desc.admin_comment
+    if prior ~= nil and prior ~= "" then set.admin_comment = prior .. " " .. set.admin_comment end
     for field, value in pairs(set) do
         job_desc[field] = value
     end
