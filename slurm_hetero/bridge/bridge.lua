@@ -44,6 +44,7 @@ local MODEL_LUA = site("MODEL_LUA", nil)     -- the exported runtime model, a Lu
 local MIGRATE = site("MIGRATE", false)       -- the daemon may move pending jobs between pools
 local LIMITED_TIERS = site("LIMITED_TIERS", {})  -- tiers with per-model GrpTRES limits -> true
 local DEFAULT_TIER = site("DEFAULT_TIER", "")
+local SITE_FACTOR = site("SITE_FACTOR", nil)  -- { cap, horizon_min, step }: the daemon's SiteFactor
 
 -- Before each call job_submit/lua (22.05) rebuilds slurm.jobs: a table, a metatable and a C
 -- closure per job slurmctld holds, garbage at the next submission. With the model this Lua
@@ -799,6 +800,12 @@ if MODEL_LUA ~= nil then
     if MODEL == nil then slurm.log_error("slurm-hetero: runtime model not loaded: %s", tostring(err)) end
 end
 
+local function site_factor(p50_s)
+    local short = 1 - math.log(1 + math.max(p50_s, 0) / 60) / math.log(1 + SITE_FACTOR.horizon_min)
+    local raw = SITE_FACTOR.cap * math.max(0, math.min(1, short))
+    return math.min(SITE_FACTOR.cap, SITE_FACTOR.step * math.floor(raw / SITE_FACTOR.step + 0.5))
+end
+
 local function first_partition(list)
     return list and string.match(list, "^[^,]+")
 end
@@ -818,6 +825,14 @@ local function add_prediction(job_desc, set, now, job_partition, tres)
         p50, p90 = MODEL.predict_desc(view, now, partition)
     end
     local pred = string.format('"pred":{"p50":%d,"p90":%d}', math.ceil(p50), math.ceil(p90))
+    -- The job's first SiteFactor, as the daemon computes it (slurm_hetero/jobs/sitefactor.py)
+    -- at no wait: set here, it costs slurmctld no update RPC per new job; "sf" tells the
+    -- daemon what the job holds.
+    if SITE_FACTOR then
+        local sf = site_factor(math.ceil(p50))
+        set.site_factor = sf
+        pred = pred .. ',"sf":' .. sf
+    end
     -- The heartbeat matters only where limits may be shortened: no snapshot look-up otherwise.
     if PREDICTED_LIMITS[partition] and user_min and snapshot(now) then
         local short = math.max(1, math.ceil(p90 / 60))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from slurm_hetero.jobs.sitefactor import FactorPolicy
 from slurm_hetero.site.model import Site
 from slurm_hetero.site.pools import pools
 from slurm_hetero.site.tiers import tier_views
@@ -23,7 +24,7 @@ SITE_TABLES: tuple[str, ...] = (
     "MODEL_GROUPS", "MODEL_ALIASES", "POOLS", "TIERS", "ENERGY", "GRES_PARTITIONS", "IMAGES",
     "IMAGE_TAGS", "GRES_STACKS", "MOUNT_ALLOW", "MOUNTS_VAR", "PREDICTED_LIMITS",
     "PARTITION_LIMITS", "DEFAULT_PARTITION", "MODEL_LUA", "MIGRATE", "TIER_NOTES",
-    "LIMITED_TIERS", "DEFAULT_TIER",
+    "LIMITED_TIERS", "DEFAULT_TIER", "SITE_FACTOR",
 )
 
 
@@ -49,6 +50,7 @@ def bridge_context(site: Site) -> dict[str, object]:
         "tier_notes": {v.name: f"hetero: tier {v.name}: {v.fate()}" for v in tier_views(site)},
         "limited_tiers": [q.name for q in site.qos if any(":" in k for k, _ in q.grp_tres)],
         "policies": site.energy_policies,
+        "site_factor": FactorPolicy(),
         "site_table_names": SITE_TABLES,
         "bridge_lua": bridge_source().rstrip("\n"),
     }

@@ -98,10 +98,11 @@ def parse_admin_comment(comment: str) -> dict[str, Any]:
     util = sum(utils) / len(utils) if utils else math.nan
     if utils and max(utils) <= 1.0:
         util *= 100.0
-    # The node agent also writes energy for jobs the bridge never saw: no "hetero" then.
+    # The node agent also writes energy for jobs the bridge never saw: "hetero" is 0 (or, in
+    # records of earlier releases, missing) then.
     accel = _text(d.get("accel"))
     return {
-        "hetero": "hetero" in d, "accel_spec": accel, "accel_kind": accel_kind(accel),
+        "hetero": d.get("hetero") == 1, "accel_spec": accel, "accel_kind": accel_kind(accel),
         "pool": _text(d.get("pool")), "why": _text(d.get("why")), "tier": _text(d.get("tier")),
         "policy": policy,
         "pred_p50": _num(pred.get("p50")), "pred_p90": _num(pred.get("p90")),

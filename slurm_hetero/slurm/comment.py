@@ -1,7 +1,7 @@
 """Our record inside a job's admin comment, beside whatever else the site keeps there.
 
 The bridge's decision and the agent's figures are one JSON object that starts with
-`{"hetero":1` (its own key). It shares the field with other tools (Princeton's jobstats
+`{"hetero":` (its own key). It shares the field with other tools (Princeton's jobstats
 writes `JS1:<base64>` at job end; admins write notes): what is not ours is kept byte for
 byte, ours goes after it with one space, and a writer replaces only our object. The last
 such object that parses is ours; a later one cannot come from a user (AdminComment is
@@ -20,7 +20,7 @@ next write puts FOREIGN back in front, as it was.
 >>> merge_comment('{"hetero":1,"energy":"efficiency"}', {"node_energy": {"n1": {"energy_j": 5}}})
 '{"hetero":1,"energy":"efficiency","node_energy":{"n1":{"energy_j":5}}}'
 >>> merge_comment("JS1:H4sIAAAA", {"x": 1})
-'JS1:H4sIAAAA {"hetero":1,"x":1}'
+'JS1:H4sIAAAA {"hetero":0,"x":1}'
 """
 
 from __future__ import annotations
@@ -95,8 +95,10 @@ def parse_comment(text: str) -> dict[str, Any]:
 
 
 def join_comment(before: str, ours: dict[str, Any], after: str = "") -> str:
-    """The field with our record (always first key "hetero") between the foreign parts."""
-    record = {"hetero": ours.get("hetero", 1), **{k: v for k, v in ours.items() if k != "hetero"}}
+    """The field with our record between the foreign parts. Its first key is always "hetero"
+    (how readers find it): 1 where the bridge decided the job, 0 for the agent's figures of
+    a job the bridge never saw."""
+    record = {"hetero": ours.get("hetero", 0), **{k: v for k, v in ours.items() if k != "hetero"}}
     body = json.dumps(record, separators=(",", ":"))
     return (f"{before} {body}" if before else body) + after
 
@@ -105,9 +107,9 @@ def merge_comment(current: str, add: dict[str, Any], via_sacctmgr: bool = False)
     """Deep-merge `add` into our record in `current`, the foreign text kept as it is.
 
     >>> merge_comment("{}", {"a": 1}), merge_comment("", {"a": 1})
-    ('{"hetero":1,"a":1}', '{"hetero":1,"a":1}')
+    ('{"hetero":0,"a":1}', '{"hetero":0,"a":1}')
     >>> merge_comment('{"text":"set by an admin","node_energy":{"n1":1}}', {"node_energy": {"n2": 2}})
-    'set by an admin {"hetero":1,"node_energy":{"n1":1,"n2":2}}'
+    'set by an admin {"hetero":0,"node_energy":{"n1":1,"n2":2}}'
     """
     before, ours, after = split_comment(current)
     if not ours and before.strip() in ("{}", "(null)"):

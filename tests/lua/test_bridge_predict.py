@@ -91,3 +91,14 @@ def test_model_text_cannot_break_out_of_its_string(site: Site, model_lua: str) -
     lua = render_site(site, Profile(model_lua=hostile))["job_submit.lua"]
     assert "[===[\n" in lua  # the first level that does not occur in the text
     JobSubmit(lua)  # still loads
+
+
+def test_the_first_site_factor_is_set_at_submit_as_the_daemon_computes_it(js: JobSubmit, site: Site) -> None:
+    from slurm_hetero.jobs.sitefactor import FactorPolicy
+
+    fresh_snapshot(js, site)
+    for limit in (5, 120, 2880):
+        rc, desc = js.submit({"arch": "x86_64"}, user_name="root", time_limit=limit, min_cpus=1)
+        d = parse_comment(desc["admin_comment"])
+        assert rc == 0 and desc["site_factor"] == d["sf"] == FactorPolicy().site_factor(d["pred"]["p50"], 0)
+        assert 0 < d["sf"] <= FactorPolicy().cap

@@ -373,7 +373,7 @@ def test_shipping_waits_for_the_database_and_batches_what_a_line_can_carry(tmp_p
     assert len(db.calls[2]) > 2  # the argv form
     # The admin's text stays in front, byte for byte; ours follows it.
     assert db.comments["2"].startswith("note: 'keep' {")
-    assert parse_comment(db.comments["2"]) == {"hetero": 1, "node_energy": {"n1": {"energy_j": 2}}}
+    assert parse_comment(db.comments["2"]) == {"hetero": 0, "node_energy": {"n1": {"energy_j": 2}}}
     # A week later job 3 is still unknown: its figures go, with a warning.
     assert ship.ship(db, st, "n1", now=time.time() + 8 * 86400).dropped == 1  # type: ignore[arg-type]
     assert sorted(p.name for p in ship.spool_dir(st).iterdir()) == []
