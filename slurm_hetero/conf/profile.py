@@ -47,6 +47,8 @@ class Profile:
     restore: str = "/usr/local/bin/slurm-hetero-restore"  # run by the HealthCheckProgram
     health_check_interval: int | None = None  # None: the site's node_agent.restore_interval
     agent_state_dir: str = "/var/lib/slurm-hetero/agent"
+    # The site's node_agent.shared_spool, where the dev cluster keeps it instead (None: the site's).
+    agent_shared_spool: str | None = None
     # Device backend per node; None: by the node's stack (cuda: nvml, cann: npu-smi).
     # "{node}" is replaced by the node's name (the dev cluster's fake keeps a file per node).
     agent_devices: str | None = None

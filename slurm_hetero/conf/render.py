@@ -205,9 +205,12 @@ def agent_config(site: Site, profile: Profile) -> str:
               for g in site.node_groups if g.accelerators]
     policies = {p.name: {k: v for k, v in asdict(p).items() if k != "name" and v}
                 for p in site.energy_policies}
-    return json.dumps({"site": site.name, "state_dir": profile.agent_state_dir,
-                       "history": f"{profile.agent_state_dir}/history.jsonl", "groups": groups,
-                       "policies": policies, "auto": asdict(site.energy_auto)}, indent=1) + "\n"
+    out = {"site": site.name, "state_dir": profile.agent_state_dir,
+           "history": f"{profile.agent_state_dir}/history.jsonl", "groups": groups,
+           "policies": policies, "auto": asdict(site.energy_auto)}
+    if site.node_agent.shared_spool:
+        out["shared_spool"] = profile.agent_shared_spool or site.node_agent.shared_spool
+    return json.dumps(out, indent=1) + "\n"
 
 
 def devices_spec(group: NodeGroup, override: str | None = None,

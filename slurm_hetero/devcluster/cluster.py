@@ -157,6 +157,8 @@ class Cluster:
         self.spool, self.dev, self.munge, self.db = w / "spool", w / "dev", w / "munge", w / "db"
         self.conf = self.etc / "slurm.conf"
         self.agent_dir = w / "agent"  # the node agent's state and log
+        # For a site with node_agent.shared_spool: every node's figures, one writer per job.
+        self.shared_spool = w / "shared-spool"
         # The agent's devices: a file-backed fake per node (energy/fake.py).
         self.fake_devices = f"fake:{self.dev}/{{node}}/fake-devices.json"
         self.meta = w / "cluster.json"
@@ -359,13 +361,17 @@ class Cluster:
         """Ship every node's spooled per-job figures into the accounting record now (the
         health check does it each cycle; the demo and tests that read them at once call
         this). Returns how many were written."""
-        from slurm_hetero.energy.ship import ship
+        from slurm_hetero.energy.ship import ship, ship_shared
         from slurm_hetero.energy.state import AgentConfig, NodeState
 
         cfg = AgentConfig.load(self.etc / "hetero-agent.json")
         # One node after the other from here: no health checks at once to spread out.
-        return sum(ship(self.runner, NodeState(cfg, n), n, sleep=lambda _: None).written
-                   for n in self.info().get("nodes", []))
+        nodes = self.info().get("nodes", [])
+        written = sum(ship(self.runner, NodeState(cfg, n), n, sleep=lambda _: None).written for n in nodes)
+        if cfg.shared_spool:
+            self.shared_spool.mkdir(mode=0o755, exist_ok=True)
+            written += sum(ship_shared(self.runner, cfg.shared_spool, n).written for n in nodes)
+        return written
 
     def load_model(self, site: Site, model: Path | None) -> None:
         """Compile an exported runtime model into the running bridge (None: take it out).
@@ -402,6 +408,7 @@ class Cluster:
             # changed is back to its defaults within about that.
             health_check_interval=20,
             agent_state_dir=str(self.agent_dir),
+            agent_shared_spool=str(self.shared_spool),  # used where the site asks for one
             agent_devices=self.fake_devices,
             node_ports=dict(meta["node_ports"]),
             # containers: the wrapper from this checkout, runc state and image
@@ -418,6 +425,8 @@ class Cluster:
     def _write_confs(self, site: Site, meta: ClusterMeta) -> None:
         profile = self.profile(meta)
         files = render_site(site, profile)
+        self.shared_spool.mkdir(exist_ok=True)
+        self.shared_spool.chmod(0o755)  # root's alone, as the agent checks
         # A site without accelerators renders an empty GresTypes= line, which Slurm refuses
         # (conf/render.py should leave it out; until then the dev cluster does).
         files["slurm.conf"] = re.sub(r"(?m)^GresTypes=\n", "", files["slurm.conf"])
@@ -526,7 +535,10 @@ class Cluster:
 
     def _sql(self, statement: str) -> str:
         client = shutil.which("mariadb") or shutil.which("mysql") or "mysql"
-        r = subprocess.run([client, "--no-defaults", f"--socket={self.db_socket}", "-u", "root",
+        # --skip-ssl: the client of MariaDB 11.4+ (Debian 13) demands TLS by default, which a
+        # server without certificates (Debian 12's 10.11) refuses; over a root-only unix
+        # socket TLS adds nothing.
+        r = subprocess.run([client, "--no-defaults", "--skip-ssl", f"--socket={self.db_socket}", "-u", "root",
                             "-N", "-B", "-e", statement], capture_output=True, text=True,
                            check=False, timeout=30)
         if r.returncode != 0:

@@ -26,13 +26,13 @@ from typing import Any
 
 from slurm_hetero.energy.backends import open_devices
 from slurm_hetero.energy.devices import ControlUnsupported, DeviceInfo, DeviceLayer, Reading
-from slurm_hetero.energy.ship import ship, spool
+from slurm_hetero.energy.ship import ship, ship_shared, spool, spool_shared
 from slurm_hetero.energy.state import AgentConfig, NodeState, config_path
 from slurm_hetero.errors import RuntimeFailure
 from slurm_hetero.fileio import write_json_atomic as write_json
 from slurm_hetero.site.policies import EnergyPolicy
 from slurm_hetero.slurm.comment import parse_comment
-from slurm_hetero.slurm.hostlist import HostlistError, contains
+from slurm_hetero.slurm.hostlist import HostlistError, contains, expand
 from slurm_hetero.slurm.parse import parse_slurm_time
 from slurm_hetero.slurm.runner import Runner
 from slurm_hetero.slurm.scontrol import (
@@ -60,6 +60,7 @@ class JobView:
     admin_comment: str
     devices: dict[str, list[int]]  # gres name → indices on this node
     num_nodes: int = 1
+    first_node: str = ""  # the first of the job's nodes: its writer with a shared spool
 
 
 def job_view(job_id: str, node: str, env: Mapping[str, str] | None = None) -> JobView:
@@ -73,7 +74,7 @@ def job_view(job_id: str, node: str, env: Mapping[str, str] | None = None) -> Jo
     caller then leaves the devices alone."""
     env = os.environ if env is None else env
     text = SLURM.out(show_job_argv(job_id, detail=True))
-    rec = parse_job_record(text, ["JobName", "UserId", "NumNodes"], optional=["AdminComment"])
+    rec = parse_job_record(text, ["JobName", "UserId", "NumNodes"], optional=["AdminComment", "NodeList"])
     devices = {k: v for k, v in parse_job_devices(text, node).items() if k in KINDS}
     if env.get("SLURM_JOB_ID") == job_id and "SLURM_JOB_GPUS" in env:
         gpus = parse_id_list(env["SLURM_JOB_GPUS"])
@@ -86,7 +87,13 @@ def job_view(job_id: str, node: str, env: Mapping[str, str] | None = None) -> Jo
     user = env.get("SLURM_JOB_USER") if env.get("SLURM_JOB_ID") == job_id else None
     nodes = env.get("SLURM_JOB_NUM_NODES") if env.get("SLURM_JOB_ID") == job_id else None
     comment = rec.get("AdminComment", "")
-    return JobView(job_id=job_id, user=user or rec["UserId"].split("(")[0], name=rec["JobName"],
+    nodelist = (env.get("SLURM_JOB_NODELIST") if env.get("SLURM_JOB_ID") == job_id else None) \
+        or rec.get("NodeList", "")
+    try:
+        first = expand(nodelist, limit=1_000_000)[0] if nodelist else node
+    except (HostlistError, IndexError):
+        first = node
+    return JobView(job_id=job_id, user=user or rec["UserId"].split("(")[0], name=rec["JobName"], first_node=first,
                    admin_comment="" if comment == "(null)" else comment, devices=devices,
                    num_nodes=int(nodes) if nodes and nodes.isdigit()
                    else int(rec["NumNodes"].split("-")[0] or 1))
@@ -166,7 +173,7 @@ def prolog(cfg: AgentConfig, job_id: str, node: str) -> dict[str, Any]:
     job = job_view(job_id, node)
     st = NodeState(cfg, node)
     record: dict[str, Any] = {"job": job_id, "user": job.user, "name": job.name, "devices": [],
-                              "nodes": job.num_nodes}
+                              "nodes": job.num_nodes, "first": job.first_node}
     if spec is None or not job.devices:
         write_json(st.job_file(job_id), record)
         return record
@@ -243,7 +250,11 @@ def epilog(cfg: AgentConfig, job_id: str, node: str) -> dict[str, Any] | None:
     if cfg.update_comment and per_device:
         # Into the accounting record later, in a batch with the node's other jobs (ship.py):
         # the epilog itself asks Slurm nothing.
-        spool(st, job_id, node, summary, nodes=int(record.get("nodes") or 1))
+        nodes = int(record.get("nodes") or 1)
+        if cfg.shared_spool:  # the job's first node writes every node's figures at once
+            spool_shared(cfg.shared_spool, job_id, node, summary, nodes, str(record.get("first") or node))
+        else:
+            spool(st, job_id, node, summary, nodes=nodes)
     st.job_file(job_id).unlink(missing_ok=True)
     log.info("epilog job %s on %s: %s, %.0f ms", job_id, node, summary, (time.monotonic() - t0) * 1000)
     return summary
@@ -448,6 +459,10 @@ def _entry(which: str) -> int:
                 shipped = ship(SLURM, NodeState(cfg, node), node)
                 if shipped.written or shipped.dropped:
                     log.info("shipped on %s: %s", node, shipped)
+                if cfg.shared_spool:
+                    shipped = ship_shared(SLURM, cfg.shared_spool, node)
+                    if shipped.written or shipped.dropped:
+                        log.info("shipped from the shared spool on %s: %s", node, shipped)
         elif job_id and node:
             (prolog if which == "prolog" else epilog)(cfg, job_id, node)
     except Exception as e:  # never fail the job or drain the node for the agent's sake

@@ -26,13 +26,16 @@ class AgentConfig:
     policies: dict[str, EnergyPolicy]
     auto: AutoRule
     update_comment: bool = True
+    shared_spool: Path | None = None  # site node_agent.shared_spool (energy/ship.py)
 
     @classmethod
     def load(cls, path: Path) -> AgentConfig:
         d = json.loads(path.read_text())
+        shared = d.get("shared_spool")
         return cls(state_dir=Path(d["state_dir"]), history=Path(d["history"]), groups=d["groups"],
                    policies={k: EnergyPolicy(name=k, **v) for k, v in d["policies"].items()},
-                   auto=AutoRule(**d.get("auto", {})), update_comment=d.get("update_comment", True))
+                   auto=AutoRule(**d.get("auto", {})), update_comment=d.get("update_comment", True),
+                   shared_spool=Path(shared) if isinstance(shared, str) and shared.startswith("/") else None)
 
     def devices_for(self, node: str) -> str | None:
         for g in self.groups:

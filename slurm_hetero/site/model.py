@@ -142,6 +142,11 @@ class NodeAgent:
     # Stacks whose nodes run `node sample` besides those whose backend has no counters
     # (cann): e.g. cuda, for a whole-job utilisation instead of NVML's last ~20 s.
     sample_stacks: tuple[str, ...] = ()
+    # A folder every compute node mounts (NFS, Lustre, GPFS), root-writable only: each node's
+    # epilog leaves its figures there and the job's first node writes them all to the
+    # accounting record at once (one write per job instead of one per node). None: each
+    # node ships its own.
+    shared_spool: str | None = None
 
 
 @dataclass(frozen=True)

@@ -181,3 +181,37 @@ def test_agent_log_shows_prolog_and_epilog(cluster: Cluster) -> None:
     text = (cluster.agent_dir / "agent.log").read_text()
     assert "INFO prolog job" in text and "INFO epilog job" in text
     assert "ERROR" not in text, text
+
+
+def test_with_a_shared_spool_a_multinode_job_has_one_writer(cluster: Cluster) -> None:
+    """node_agent.shared_spool: both nodes leave their figures in the shared folder, the
+    job's first node writes them in one go; nothing goes through the nodes' own spools."""
+    conf = cluster.etc / "hetero-agent.json"
+    original = conf.read_text()
+    import json
+
+    cluster.shared_spool.mkdir(mode=0o755, exist_ok=True)
+    conf.write_text(json.dumps({**json.loads(original), "shared_spool": str(cluster.shared_spool)}))
+    try:
+        jids = [submit(cluster.runner, ["--accel=a100-80gb:1", "-N", "2", "--energy=balanced",
+                                        "-o", "/dev/null"], "sleep 1") for _ in range(2)]
+        wait_done(cluster.runner, jids)
+        # Both nodes' epilogs leave a file; the writer waits for both.
+        assert wait_until(lambda: all(len(list((cluster.shared_spool / str(j)).glob("*.json"))) == 2
+                                      for j in jids), 30)
+        local = [p.name for p in cluster.agent_dir.glob("*/spool/*.json")]
+        assert not any(p.removesuffix(".json") in map(str, jids) for p in local), local
+        deadline = time.monotonic() + 60
+        while True:
+            cluster.ship_energy()
+            rows = sacct_jobs(cluster.runner, jids, ["JobID", "AdminComment", "End"], require=["AdminComment"])
+            got = {j: sorted(parse_comment(rows[j]["AdminComment"]).get("node_energy", {})) for j in jids}
+            if all(g == ["a100-01", "a100-02"] for g in got.values()):
+                break
+            assert time.monotonic() < deadline, got
+            time.sleep(1)
+        cluster.ship_energy()  # reads them back: the jobs' folders go
+        assert not any((cluster.shared_spool / str(j)).exists() for j in jids)
+        assert all(parse_comment(rows[j]["AdminComment"])["energy"] == "balanced" for j in jids)
+    finally:
+        conf.write_text(original)

@@ -68,7 +68,7 @@ def test_a_prolog_stopped_midway_is_undone_by_the_epilog(monkeypatch: pytest.Mon
                             groups=[{"nodes": "g01", "devices": f"fake:{tmp_path}/gpu.json"}],
                             policies={p.name: p for p in DEFAULT_POLICIES}, auto=AutoRule(),
                             update_comment=False)
-    view = agent.JobView("5", "alice", "train", json.dumps({"energy": "efficiency"}), {"gpu": [1, 2]})
+    view = agent.JobView("5", "alice", "train", json.dumps({"hetero": 1, "energy": "efficiency"}), {"gpu": [1, 2]})
     monkeypatch.setattr(agent, "job_view", lambda job_id, node: view)
     real_apply = agent.apply_policy
 

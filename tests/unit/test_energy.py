@@ -377,3 +377,52 @@ def test_shipping_waits_for_the_database_and_batches_what_a_line_can_carry(tmp_p
     # A week later job 3 is still unknown: its figures go, with a warning.
     assert ship.ship(db, st, "n1", now=time.time() + 8 * 86400).dropped == 1  # type: ignore[arg-type]
     assert sorted(p.name for p in ship.spool_dir(st).iterdir()) == []
+
+
+def test_a_shared_spool_makes_the_first_node_the_one_writer(tmp_path: Path) -> None:
+    shared = tmp_path / "shared"
+    shared.mkdir(mode=0o755)
+    figures = {n: {"energy_j": i + 1} for i, n in enumerate(["g01", "g02", "g03"])}
+    db = FakeDb({"5": 'JS1:H4sI {"hetero":1,"pool":"h100@x86_64"}'})
+    ship.spool_shared(shared, "5", "g02", figures["g02"], nodes=3, first="g01")
+    ship.spool_shared(shared, "5", "g03", figures["g03"], nodes=3, first="g01")
+    # Not the writer: nothing; the writer waits while a node's figures are missing.
+    assert ship.ship_shared(db, shared, "g02") == ship.Shipped() and db.calls == []  # type: ignore[arg-type]
+    assert ship.ship_shared(db, shared, "g01").waiting == 1 and db.calls == []  # type: ignore[arg-type]
+    ship.spool_shared(shared, "5", "g01", figures["g01"], nodes=3, first="g01")
+    assert ship.ship_shared(db, shared, "g01").written == 1  # type: ignore[arg-type]
+    # One read and one write for the whole job; the foreign text stays in front.
+    assert [c[:2] for c in db.calls] == [["sacct", "-X"], ["sacctmgr", "-i"]]
+    assert db.comments["5"].startswith("JS1:H4sI {")
+    rec = parse_comment(db.comments["5"])
+    assert rec["pool"] == "h100@x86_64" and rec["node_energy"] == figures
+    # Read back: confirmed, the job's folder goes.
+    assert ship.ship_shared(db, shared, "g01").confirmed == 1 and not (shared / "5").exists()  # type: ignore[arg-type]
+
+
+def test_the_shared_spool_waits_then_writes_what_came_and_others_take_over(tmp_path: Path) -> None:
+    shared = tmp_path / "shared"
+    shared.mkdir(mode=0o755)
+    db = FakeDb({"6": ""})
+    ship.spool_shared(shared, "6", "g02", {"energy_j": 2}, nodes=2, first="g01")
+    later = time.time() + ship.SHARED_WAIT_S + 1
+    # g01 (the writer) never got its own figures in: after the wait, what is there goes.
+    assert ship.ship_shared(db, shared, "g01", now=later).written == 1  # type: ignore[arg-type]
+    assert parse_comment(db.comments["6"])["node_energy"] == {"g02": {"energy_j": 2}}
+    # A job whose writer is gone: after TAKEOVER_S any of its nodes ships it, others not.
+    db.comments["7"] = ""
+    ship.spool_shared(shared, "7", "g05", {"energy_j": 5}, nodes=2, first="g04")
+    gone = time.time() + ship.TAKEOVER_S + 1
+    assert ship.ship_shared(db, shared, "g09", now=gone).written == 0  # type: ignore[arg-type]
+    assert ship.ship_shared(db, shared, "g05", now=gone).written >= 1  # type: ignore[arg-type]
+    assert parse_comment(db.comments["7"])["node_energy"] == {"g05": {"energy_j": 5}}
+
+
+def test_a_shared_spool_others_can_write_is_refused(tmp_path: Path) -> None:
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    with pytest.raises(PermissionError, match="owned by root and writable by root only"):
+        ship.spool_shared(shared, "8", "g01", {"energy_j": 1}, nodes=1, first="g01")
+    with pytest.raises(PermissionError):
+        ship.ship_shared(FakeDb({}), shared, "g01")  # type: ignore[arg-type]
