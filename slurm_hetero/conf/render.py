@@ -208,6 +208,8 @@ def agent_config(site: Site, profile: Profile) -> str:
     out = {"site": site.name, "state_dir": profile.agent_state_dir,
            "history": f"{profile.agent_state_dir}/history.jsonl", "groups": groups,
            "policies": policies, "auto": asdict(site.energy_auto)}
+    if not site.node_agent.write_comment:
+        out["update_comment"] = False
     if site.node_agent.shared_spool:
         out["shared_spool"] = profile.agent_shared_spool or site.node_agent.shared_spool
     return json.dumps(out, indent=1) + "\n"

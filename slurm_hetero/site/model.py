@@ -147,6 +147,9 @@ class NodeAgent:
     # accounting record at once (one write per job instead of one per node). None: each
     # node ships its own.
     shared_spool: str | None = None
+    # Whether the agent writes its figures into the job's AdminComment at all (false on a
+    # site whose other tool owns that field: the figures then stay in the node's history).
+    write_comment: bool = True
 
 
 @dataclass(frozen=True)

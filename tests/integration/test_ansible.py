@@ -97,6 +97,11 @@ def task(stdout: str, name: str) -> str:
     return stdout.split(f"[slurm_hetero : {name}]", 1)[1].split("\nTASK [", 1)[0].split("\nRUNNING HANDLER [", 1)[0]
 
 
+def changed_tasks(stdout: str) -> list[str]:
+    """The names of the tasks that reported a change (for failure messages)."""
+    return [t.split("]", 1)[0] for t in stdout.split("TASK [")[1:] if "\nchanged:" in t]
+
+
 def test_role_deploys_in_order_then_changes_nothing(cluster: Cluster, tmp_path: Path) -> None:
     inv = inventory(tmp_path, {"slurm_controller": ["ctl"], "slurm_compute": ["node1"]})
     hosts = tmp_path / "hosts"
@@ -341,3 +346,32 @@ def test_role_input_errors_are_clear(cluster: Cluster, tmp_path: Path, bad: str)
     assert expect in r.stdout, r.stdout[-2000:]
     assert not (tmp_path / "hosts").exists()  # nothing was copied
     assert restarts(tmp_path) == []
+
+
+def test_role_installs_the_package_then_changes_nothing(cluster: Cluster, tmp_path: Path) -> None:
+    """slurm_hetero_package: a wheel of this checkout goes into a virtual environment on the
+    host, its console scripts into the bin folder and the package where the container
+    wrapper imports it from; the same wheel again (and check mode) changes nothing."""
+    dist = tmp_path / "dist"
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(dist), str(ROOT)],
+                   check=True, capture_output=True, timeout=300)
+    wheel = next(dist.glob("slurm_hetero-*.whl"))
+    inv = inventory(tmp_path, {"slurm_compute": ["node1"]})
+    host = tmp_path / "hosts" / "node1"
+    where = {"slurm_hetero_package": str(wheel), "slurm_hetero_python": sys.executable,
+             "slurm_hetero_venv": str(host / "venv"), "slurm_hetero_bin_dir": str(host / "bin"),
+             "slurm_hetero_lib_dir": str(host / "lib")}
+    r = deploy(cluster, tmp_path, inv, **where)
+    assert r.returncode == 0, r.stdout[-3000:]
+    for name in ("slurm-hetero", "slurm-hetero-prolog", "slurm-hetero-epilog", "slurm-hetero-restore"):
+        assert (host / "bin" / name).resolve() == (host / "venv" / "bin" / name).resolve(), name
+    # The installed package runs (its own dependencies, not this checkout's).
+    out = subprocess.run([str(host / "bin" / "slurm-hetero"), "--help"], capture_output=True, text=True,
+                         timeout=120, check=True).stdout
+    assert "conf" in out and "bridge" in out
+    lib = (host / "lib" / "slurm_hetero").resolve()
+    assert (lib / "__init__.py").exists() and str(lib).startswith(str((host / "venv").resolve()))
+    again = deploy(cluster, tmp_path, inv, **where)
+    assert again.returncode == 0 and changed(again) == {"node1": 0}, changed_tasks(again.stdout)
+    check = deploy(cluster, tmp_path, inv, "--check", "--diff", **where)
+    assert check.returncode == 0 and changed(check) == {"node1": 0}, changed_tasks(check.stdout)

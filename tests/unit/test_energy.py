@@ -426,3 +426,20 @@ def test_a_shared_spool_others_can_write_is_refused(tmp_path: Path) -> None:
         ship.spool_shared(shared, "8", "g01", {"energy_j": 1}, nodes=1, first="g01")
     with pytest.raises(PermissionError):
         ship.ship_shared(FakeDb({}), shared, "g01")  # type: ignore[arg-type]
+
+
+def test_a_site_can_keep_the_agent_out_of_the_admin_comment(tmp_path: Path) -> None:
+    import yaml
+
+    from slurm_hetero.conf import Profile, render_site
+    from slurm_hetero.site import load_site
+
+    demo = Path(__file__).resolve().parents[2] / "site" / "demo" / "site.yaml"
+    doc = yaml.safe_load(demo.read_text())
+    assert json.loads(render_site(load_site(demo), Profile())["hetero-agent.json"]).get("update_comment", True)
+    doc["node_agent"] = {**doc.get("node_agent", {}), "write_comment": False, "shared_spool": "/shared/spool"}
+    (tmp_path / "site.yaml").write_text(yaml.safe_dump(doc))
+    cfg = json.loads(render_site(load_site(tmp_path / "site.yaml"), Profile())["hetero-agent.json"])
+    (tmp_path / "agent.json").write_text(json.dumps(cfg))
+    loaded = AgentConfig.load(tmp_path / "agent.json")
+    assert loaded.update_comment is False and loaded.shared_spool == Path("/shared/spool")
