@@ -205,9 +205,9 @@ def agent_config(site: Site, profile: Profile) -> str:
               for g in site.node_groups if g.accelerators]
     policies = {p.name: {k: v for k, v in asdict(p).items() if k != "name" and v}
                 for p in site.energy_policies}
-    out = {"site": site.name, "state_dir": profile.agent_state_dir,
-           "history": f"{profile.agent_state_dir}/history.jsonl", "groups": groups,
-           "policies": policies, "auto": asdict(site.energy_auto)}
+    out: dict[str, object] = {"site": site.name, "state_dir": profile.agent_state_dir,
+                              "history": f"{profile.agent_state_dir}/history.jsonl", "groups": groups,
+                              "policies": policies, "auto": asdict(site.energy_auto)}
     if not site.node_agent.write_comment:
         out["update_comment"] = False
     if site.node_agent.shared_spool:
