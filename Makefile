@@ -8,7 +8,7 @@ DEB_PKGS := slurm-wlm slurmd slurmctld slurmdbd slurm-client munge mariadb-serve
 	libslurm-dev slurm-wlm-basic-plugins-dev runc busybox-static gcc make lua5.1 \
 	chromium prometheus faketime
 
-.PHONY: all deps venv spank demo test lint unit integration fuzz clean golden bench
+.PHONY: all deps venv spank demo test lint unit integration fuzz clean golden bench test-24.11
 
 all: venv spank
 
@@ -47,6 +47,11 @@ integration: deps venv spank
 test: deps venv spank lint
 	$(MAKE) -s -C spank test
 	$(BIN)/pytest -q
+
+# The integration suite against Slurm 24.11 (Debian 13's packages in a debootstrapped trixie
+# root, reused; as root): make test-24.11 ARGS='tests/integration/test_bridge.py -x'
+test-24.11:
+	scripts/test-slurm-24.11.sh -- $(ARGS)
 
 # Regenerate golden files after an intended change to the templates or the demo site.
 golden: venv

@@ -353,7 +353,12 @@ def test_role_installs_the_package_then_changes_nothing(cluster: Cluster, tmp_pa
     host, its console scripts into the bin folder and the package where the container
     wrapper imports it from; the same wheel again (and check mode) changes nothing."""
     dist = tmp_path / "dist"
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(dist), str(ROOT)],
+    # From a copy: pip builds in the source folder (build/, *.egg-info), which may be
+    # read-only (scripts/test-slurm-24.11.sh mounts the checkout so) and is not ours to litter.
+    copy = tmp_path / "checkout"
+    shutil.copytree(ROOT, copy, ignore=shutil.ignore_patterns(
+        ".venv", ".git", "build", "*.egg-info", "__pycache__", ".*_cache", "spank", "tests"))
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(dist), str(copy)],
                    check=True, capture_output=True, timeout=300)
     wheel = next(dist.glob("slurm_hetero-*.whl"))
     inv = inventory(tmp_path, {"slurm_compute": ["node1"]})

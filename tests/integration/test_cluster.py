@@ -155,7 +155,9 @@ def socket_inodes(pid: int) -> set[str]:
 
 def sql(cluster: Cluster, statement: str, user: list[str] | None = None) -> subprocess.CompletedProcess[str]:
     client = shutil.which("mariadb") or "mysql"
-    return subprocess.run([*(user or []), client, "--no-defaults", f"--socket={cluster.db_socket}", "-u", "root",
+    # --skip-ssl: as Cluster._sql (MariaDB 11.4+'s client demands TLS a 10.11 server lacks).
+    return subprocess.run([*(user or []), client, "--no-defaults", "--skip-ssl", f"--socket={cluster.db_socket}",
+                           "-u", "root",
                            "-N", "-B", "-e", statement], capture_output=True, text=True, timeout=30, check=False)
 
 
@@ -190,7 +192,7 @@ def test_mariadb_refuses_other_local_users(cluster: Cluster) -> None:
         for p, m in modes.items():
             os.chmod(p, m | 0o001)
         r = sql(cluster, "SELECT 1", nobody)
-        anonymous = subprocess.run([*nobody, shutil.which("mariadb") or "mysql", "--no-defaults",
+        anonymous = subprocess.run([*nobody, shutil.which("mariadb") or "mysql", "--no-defaults", "--skip-ssl",
                                     f"--socket={cluster.db_socket}", "-u", "", "-e", "SELECT 1"],
                                    capture_output=True, text=True, timeout=30, check=False)
     finally:

@@ -279,11 +279,13 @@ def test_control_characters_in_image_names_refused(cluster: Cluster) -> None:
 
 def test_srun_with_the_stub_container(cluster: Cluster, images: Path) -> None:
     stub = f"{images}/pytorch/24.05"
-    r = cluster.runner.run(["srun", "-p", "gpu", "--gres=gpu:h100:2", f"--container={stub}", "sh", "-c",
+    # /bin/sh, not sh: 24.11's srun resolves a bare command on the submitting host's PATH
+    # (sh -> /usr/bin/sh) and the container gets that path; busybox bundles have no /usr/bin.
+    r = cluster.runner.run(["srun", "-p", "gpu", "--gres=gpu:h100:2", f"--container={stub}", "/bin/sh", "-c",
                             "cat /etc/hetero-variant; echo $CUDA_VISIBLE_DEVICES"], timeout=60)
     assert r.stdout == "pytorch:24.05 x86_64/cuda12.4\n0,1\n"
     # Two nodes (Slurm 22.05 runs one container task per node): each node's own devices.
-    r = cluster.runner.run(["srun", "-N2", "-n2", "-p", "npu", "--gres=npu:1", f"--container={stub}", "sh", "-c",
+    r = cluster.runner.run(["srun", "-N2", "-n2", "-p", "npu", "--gres=npu:1", f"--container={stub}", "/bin/sh", "-c",
                             'echo "$(hostname) $(ls /dev | grep -c "^davinci[0-9]") $ASCEND_RT_VISIBLE_DEVICES"'],
                            timeout=90)
     assert sorted(r.stdout.splitlines()) == ["npu-01 1 0", "npu-02 1 0"], r.stderr

@@ -60,7 +60,8 @@ def test_pending_job_moves_to_a_pool_with_room(cluster: Cluster, demo_site: Site
         assert first is not None, jid
         rec = parse_comment(first.admin_comment)
         assert (rec["pool"], rec["movable"], first.tres_per_node, first.features) == \
-            ("v100@x86_64", True, "gres:gpu:2", "x86_64&v100"), first
+            ("v100@x86_64", True, ("gres:" if c.runner.version() < (23, 2) else "gres/") + "gpu:2",
+             "x86_64&v100"), first
         c.runner.run(["scontrol", "update", "NodeName=v100-01", "State=DRAIN", "Reason=maintenance"])
         try:
             c.runner.run(release_argv([jid]))

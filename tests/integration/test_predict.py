@@ -92,10 +92,16 @@ def test_site_factor_on_pending_jobs(predicting: Cluster) -> None:
     long = submit(c.runner, ["--accel=gh200:1", "-t", "2-00:00:00", "-o", "/dev/null"], "true")
     try:
         def site_column() -> dict[str, int]:
-            out = c.runner.out(["sprio", "-h", "-o", "%i %S", "-j", f"{short},{long}"])
-            return {ln.split()[0]: int(ln.split()[1]) for ln in out.splitlines() if ln.strip()}
+            # Every pending job, not `-j short,long`: 24.11's sprio refuses a list there
+            # ("Invalid job id: <first>", exit 1; one id alone works), 22.05's takes it.
+            out = c.runner.out(["sprio", "-h", "-o", "%i %S"])
+            last[:] = [out]
+            rows = [ln.split() for ln in out.splitlines() if ln.strip()]
+            return {r[0]: int(r[1]) for r in rows if r[0] in (str(short), str(long))}
 
-        assert wait_until(lambda: len(site_column()) == 2 and min(site_column().values()) > 0, 20)
+        last: list[str] = []
+        assert wait_until(lambda: len(site_column()) == 2 and min(site_column().values()) > 0, 20), (
+            last, c.runner.out(["squeue", "-h", "-o", "%i %T %r %Q", "-j", f"{filler},{short},{long}"]))
         values = site_column()
         assert values[str(short)] > values[str(long)] > 0, values
         prio = c.runner.out(["squeue", "-h", "-j", f"{short},{long}", "-o", "%i %Q"])

@@ -170,7 +170,7 @@ def test_pending_reasons_and_bridge_decisions(cluster: Cluster, demo_site: Site,
     for row in _sacct(cluster, ran):
         started = math.isfinite(_ts(row["Start"])) and row["NodeList"] not in ("None assigned", "")
         decision = _decision(row["AdminComment"]) if row["AdminComment"].startswith("{") else {}
-        if "hetero" in decision and started:
+        if decision.get("hetero") == 1 and started:  # 0: the agent's figures alone
             accel = decision.get("accel", "")
             kind = "any" if accel.startswith("any") else "units" if accel.startswith("units") else \
                 "named" if accel else "no --accel"

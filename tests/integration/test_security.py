@@ -181,7 +181,7 @@ def test_a_valid_value_without_the_plugin_still_works(cluster: Cluster) -> None:
     jid = int(r.stdout.strip())
     tres = record(cluster, jid, "TresPerNode")["TresPerNode"]
     cluster.runner.run(["scancel", str(jid)])
-    assert tres == "gres:gpu:h100:1"
+    assert tres == ("gres:" if cluster.runner.version() < (23, 2) else "gres/") + "gpu:h100:1"
 
 
 # ---- a damaged capacity snapshot ------------------------------------------------------------------
@@ -207,7 +207,7 @@ def test_a_snapshot_with_a_bad_pool_still_places_accelerator_jobs(cluster: Clust
             jid = int(r.stdout.strip())
             tres = record(c, jid, "TresPerNode").get("TresPerNode", "")
             c.runner.run(["scancel", str(jid)])
-            assert tres.startswith("gres:gpu:"), (opt, tres)
+            assert tres.startswith(("gres:" if c.runner.version() < (23, 2) else "gres/") + "gpu:"), (opt, tres)
         write(time.time() + 86400)
         r = c.runner.run(["sbatch", "--parsable", "-H", "--accel=any:1", "--wrap", "true", "-o", "/dev/null"])
         jid = int(r.stdout.strip())
