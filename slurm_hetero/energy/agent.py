@@ -93,8 +93,8 @@ def job_view(job_id: str, node: str, env: Mapping[str, str] | None = None) -> Jo
         first = expand(nodelist, limit=1_000_000)[0] if nodelist else node
     except (HostlistError, IndexError):
         first = node
-    return JobView(job_id=job_id, user=user or rec["UserId"].split("(")[0], name=rec["JobName"], first_node=first,
-                   admin_comment="" if comment == "(null)" else comment, devices=devices,
+    return JobView(job_id=job_id, user=user or rec["UserId"].split("(")[0], name=rec["JobName"],
+                   admin_comment="" if comment == "(null)" else comment, devices=devices, first_node=first,
                    num_nodes=int(nodes) if nodes and nodes.isdigit()
                    else int(rec["NumNodes"].split("-")[0] or 1))
 
