@@ -344,6 +344,17 @@ from slurm_hetero.power.cli import power  # noqa: E402 - beside its registration
 
 main.add_command(power)
 main.add_command(cluster_exporter, "exporter")
+from slurm_hetero.replay.cli import replay_group  # noqa: E402 - beside its registration: one edit
+
+
+def _replay_cluster(workdir: Path) -> Any:
+    """Replay's clusters are dev clusters (a floor above replay's)."""
+    from slurm_hetero.devcluster.replay import DevReplayCluster
+
+    return DevReplayCluster(workdir)
+
+
+main.add_command(replay_group(_replay_cluster))
 node.add_command(node_exporter, "exporter")
 
 if __name__ == "__main__":

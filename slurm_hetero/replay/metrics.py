@@ -126,7 +126,8 @@ def outcomes(jobs: Iterable[tuple[ReplayJob, str, float, float | None]],
             state=rec.state if rec else "NOT_IN_SACCT", runtime_s=job.runtime_s,
             expected_s=job.expected_s, user_limit_s=job.limit_s,
             cpus=rec.cpus if rec and rec.cpus else job.cpus,
-            accel=rec.accel if rec else job.accel, pool=pools.of(rec),
+            # what it was given, or (never started: sacct has no allocation) what it asked
+            accel=rec.accel if rec and rec.accel else job.accel, pool=pools.of(rec),
             limit_final_s=rec.limit_min * 60 if rec and rec.limit_min is not None else None,
             predicted_s=rec.predicted_s if rec else None))
     return out
@@ -152,6 +153,20 @@ class PoolFigures:
     unfinished: int = 0
     predicted: int = 0  # jobs the bridge gave a runtime prediction
     bad_states: dict[str, int] = field(default_factory=dict)
+    # Accelerator work in normalized units (site catalog): unit-hours used inside the window
+    # and what the pool holds in it; ALL sums every accelerator pool. None: no units known.
+    units_used_h: float | None = None
+    units_capacity_h: float | None = None
+    accel_jobs: int = 0  # measured jobs that asked for accelerators
+    # Their mean wait; one never started counts its wait until the replay stopped looking (a
+    # lower bound), so an arm that leaves jobs pending is not credited with shorter waits.
+    accel_wait_mean: float | None = None
+
+    @property
+    def units_utilisation(self) -> float | None:
+        if self.units_used_h is None or not self.units_capacity_h:
+            return None
+        return self.units_used_h / self.units_capacity_h
 
 
 def usage_in(o: Outcome, lo: float, hi: float, end_now: float) -> float:
@@ -164,8 +179,9 @@ def usage_in(o: Outcome, lo: float, hi: float, end_now: float) -> float:
 
 
 def figures(outs: list[Outcome], capacity: Mapping[str, float], t0: float, hours: float,
-            end_now: float) -> dict[str, PoolFigures]:
-    """Per pool and ALL: measured jobs' slowdown and waits, every job's use of the window."""
+            end_now: float, units: Mapping[str, float] | None = None) -> dict[str, PoolFigures]:
+    """Per pool and ALL: measured jobs' slowdown and waits, every job's use of the window;
+    with `units` (normalized units per device of each accelerator pool) its use in units."""
     lo, hi = t0, t0 + hours * 3600
     by: dict[str, list[Outcome]] = {}
     for o in outs:
@@ -198,6 +214,16 @@ def figures(outs: list[Outcome], capacity: Mapping[str, float], t0: float, hours
         f.bad_states, f.failed = bad, sum(bad.values())
         f.unfinished = sum(o.end is None for o in measured)
         f.predicted = sum(o.predicted_s is not None for o in measured)
+        accel_waits = [o.wait if o.wait is not None else max(0.0, end_now - o.due)
+                       for o in measured if o.accel]
+        f.accel_jobs = sum(1 for o in measured if o.accel)
+        f.accel_wait_mean = float(np.mean(accel_waits)) if accel_waits else None
+        if units:
+            pools = [k for k in units if k in capacity] if pool == ALL else [pool] if pool in units else []
+            if pools:
+                f.units_capacity_h = sum(units[k] * capacity[k] for k in pools) * (hi - lo) / 3600
+                f.units_used_h = sum(units[o.pool] * usage_in(o, lo, hi, end_now)
+                                     for o in group if o.accel and o.pool in pools) / 3600
         if pool == ALL:
             cpu_cap = sum(v for k, v in capacity.items() if k.startswith("cpu@"))
             used = sum(usage_in(o, lo, hi, end_now) for o in group if not o.accel)

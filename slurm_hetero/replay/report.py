@@ -12,7 +12,7 @@ from rich.table import Table
 from slurm_hetero.errors import InputError
 from slurm_hetero.fileio import write_atomic
 from slurm_hetero.replay.fidelity import Fidelity, compare
-from slurm_hetero.replay.metrics import ALL
+from slurm_hetero.replay.metrics import ALL, PoolFigures
 from slurm_hetero.replay.run import ArmResult
 from slurm_hetero.replay.window import Selection
 
@@ -23,19 +23,28 @@ def _n(v: float | None, digits: int = 0) -> str:
     return "-" if v is None else f"{v:.{digits}f}"
 
 
+n = _n  # for merge.py
+
+
 def _pct(v: float | None) -> str:
     return "-" if v is None else f"{100 * v:.1f}%"
 
 
 def arms_table(results: list[ArmResult]) -> Table:
-    t = Table(title="replay: per arm and pool (measured jobs; waits in trace seconds)")
+    return figures_table([(r.arm, r.figures) for r in results],
+                         "replay: per arm and pool (measured jobs; waits in trace seconds)")
+
+
+def figures_table(rows: list[tuple[str, dict[str, PoolFigures]]], title: str) -> Table:
+    """One row per arm and pool of (arm name, its figures by pool)."""
+    t = Table(title=title)
     for col in ("arm", "pool", "jobs", "started", "AVEbsld", "wait mean", "p50", "p90", "util",
                 "killed at limit", "killed early", "failed", "unfinished", "predicted"):
         t.add_column(col, justify="left" if col in ("arm", "pool") else "right")
-    for r in results:
-        for pool, f in r.figures.items():
+    for arm, figs in rows:
+        for pool, f in figs.items():
             early = f"[red]{f.killed_early}[/red]" if f.killed_early else "0"
-            t.add_row(r.arm if pool == ALL else "", pool, str(f.jobs), str(f.started), _n(f.ave_bsld, 2),
+            t.add_row(arm if pool == ALL else "", pool, str(f.jobs), str(f.started), _n(f.ave_bsld, 2),
                       _n(f.wait_mean), _n(f.wait_p50), _n(f.wait_p90), _pct(f.utilisation),
                       str(f.killed_at_limit), early, str(f.failed), str(f.unfinished), str(f.predicted))
     return t
@@ -120,13 +129,32 @@ def write(doc: dict[str, Any], path: Path) -> None:
     write_atomic(str(path), json.dumps(doc, indent=1) + "\n")
 
 
-def read(path: Path) -> tuple[list[ArmResult], dict[str, Any] | None, Fidelity | None]:
+def format_of(path: Path) -> str | None:
+    """The `format` a JSON file says it is (None when it is not a JSON object naming one)."""
+    try:
+        d = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise InputError(f"{path}: cannot read replay results: {e}") from e
+    return d.get("format") if isinstance(d, dict) and isinstance(d.get("format"), str) else None
+
+
+def read_document(path: Path) -> dict[str, Any]:
+    """One window's replay.json as written (unparsed), checked to be one."""
     try:
         d = json.loads(path.read_text())
     except (OSError, ValueError) as e:
         raise InputError(f"{path}: cannot read replay results: {e}") from e
     if not isinstance(d, dict) or d.get("format") != FORMAT:
         raise InputError(f"{path}: not a replay result (`slurm-hetero replay run -o DIR` writes one)")
+    return d
+
+
+def read(path: Path) -> tuple[list[ArmResult], dict[str, Any] | None, Fidelity | None]:
+    return parse(read_document(path), path)
+
+
+def parse(d: dict[str, Any], path: Path) -> tuple[list[ArmResult], dict[str, Any] | None, Fidelity | None]:
+    """A replay.json document's arms, selection and fidelity (`path` names it in errors)."""
     try:
         fid = Fidelity.from_json(d["fidelity"]) if d.get("fidelity") else None
         return [ArmResult.from_json(a) for a in d["arms"]], d.get("selection"), fid

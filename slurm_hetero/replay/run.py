@@ -28,9 +28,10 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+import yaml
 
 from slurm_hetero.errors import InputError, RuntimeFailure
-from slurm_hetero.fileio import write_json_atomic
+from slurm_hetero.fileio import write_atomic, write_json_atomic
 from slurm_hetero.replay import sacct
 from slurm_hetero.replay.backend import ClusterFactory
 from slurm_hetero.replay.clockmap import calibrate
@@ -60,12 +61,15 @@ class Arm:
     name: str
     bridge: bool  # SPANK options + job_submit.lua + snapshot + bridge daemon
     model: bool  # the runtime model compiled into the bridge (predicted limits, priorities)
+    migrate: bool = False  # the site's migration.pending on: the daemon moves pending --accel jobs
 
 
 ARMS = {
     "plain": Arm("plain", bridge=False, model=False),
     "bridge": Arm("bridge", bridge=True, model=True),
     "bridge-nomodel": Arm("bridge-nomodel", bridge=True, model=False),
+    # bridge-nomodel with pending-job migration (issue 16): compare it with bridge-nomodel
+    "bridge-migrate": Arm("bridge-migrate", bridge=True, model=False, migrate=True),
 }
 
 
@@ -93,6 +97,8 @@ class ArmResult:
     all_ended: bool
     submit_failed: list[tuple[str, str]] = field(default_factory=list)
     seconds: dict[str, float] = field(default_factory=dict)  # real seconds: boot, replay, total
+    # Each pool's size (CPUs or devices), for utilisation over time; {} in files older than it.
+    capacity: dict[str, float] = field(default_factory=dict)
 
     @property
     def real_s_per_trace_hour(self) -> float:
@@ -111,6 +117,7 @@ class ArmResult:
             "submit_failed": [{"trace_id": t, "error": e} for t, e in self.submit_failed],
             "seconds": self.seconds, "real_s_per_trace_hour": self.real_s_per_trace_hour,
             "jobs": [o.__dict__ for o in self.outcomes],
+            "capacity": self.capacity,
         }
 
     @classmethod
@@ -121,7 +128,7 @@ class ArmResult:
         return cls(d["arm"], float(d["speed"]), Window(int(w["start"]), float(w["hours"]),
                    float(w["warmup_hours"])), float(d["t0"]), float(d["end_now"]), outs, figs,
                    bool(d["all_ended"]), [(f["trace_id"], f["error"]) for f in d["submit_failed"]],
-                   dict(d["seconds"]))
+                   dict(d["seconds"]), {k: float(v) for k, v in d.get("capacity", {}).items()})
 
 
 USERS = ("root", "local")
@@ -176,13 +183,33 @@ def check_reachable(path: Path) -> None:
 
 
 def request_for(site: Site, arm: Arm, users: str = "root") -> Request:
-    """How accelerator jobs ask: the bridge's `--accel=any:N`, or the plain GRES in the
-    first partition that has it (no job_submit.lua routes them in the plain arm)."""
+    """How accelerator jobs ask: the bridge's `--accel=VENDOR:N` (`any` when the site mixes
+    vendors), or the plain GRES (typed where the job fixed a model) in the first partition
+    that has it (no job_submit.lua routes them in the plain arm)."""
+    vendors = {a.model.vendor for g in site.node_groups for a in g.accelerators}
+    spec = vendors.pop() if len(vendors) == 1 else "any"
     for g in site.node_groups:
         if g.accelerators and g.partitions:
             return Request(arm.bridge, g.accelerators[0].model.gres_name, g.partitions[0],
-                           as_users=users == "local")
-    return Request(arm.bridge, as_users=users == "local")
+                           as_users=users == "local", accel_spec=spec)
+    return Request(arm.bridge, as_users=users == "local", accel_spec=spec)
+
+
+def migrating_site(site: Site, where: Path) -> Site:
+    """The site with `migration.pending` on, written beside the arm's cluster (the bridge
+    daemon and job_submit.lua read the site from its file)."""
+    if site.migration.pending:
+        return site
+    if site.path is None:
+        raise InputError("arm bridge-migrate needs a site loaded from a file")
+    from slurm_hetero.site import load_site
+
+    data = yaml.safe_load(site.path.read_text(encoding="utf-8")) or {}
+    data["migration"] = {**(data.get("migration") or {}), "pending": True}
+    where.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(str(where), "# the replayed site with migration.pending on (arm bridge-migrate)\n"
+                 + yaml.safe_dump(data, sort_keys=False))
+    return load_site(where)
 
 
 def progress_line(arm: str, window: Window, p: Progress, total: int) -> str:
@@ -201,9 +228,10 @@ def progress_line(arm: str, window: Window, p: Progress, total: int) -> str:
 def run_arm(factory: ClusterFactory, workdir: Path, site: Site, sel: Selection, window: Window,
             arm: Arm, speed: float, model: Path | None = None, say: Say | None = None,
             drain_hours: float | None = None, lead_s: float = 2.0, users: str = "root",
-            save: Path | None = None) -> ArmResult:
+            save: Path | None = None, on_start: Callable[[float], None] | None = None) -> ArmResult:
     """Replay `sel` (the window's jobs) on a fresh cluster; `model`: for bridge arms with a
-    model. `save`: write the arm's result there as soon as it is known (JSON)."""
+    model. `save`: write the arm's result there as soon as it is known (JSON). `on_start`:
+    called with t0 (the faked time of the window's start) before the first submission."""
     if arm.model and model is None:
         raise InputError(f"arm {arm.name} needs a runtime model (--model)")
     if not sel.jobs:
@@ -216,6 +244,8 @@ def run_arm(factory: ClusterFactory, workdir: Path, site: Site, sel: Selection, 
         made = ensure_local_users(sel.accounts)
         if say and made:
             say(f"created {len(made)} local users for the trace's users ({made[0]}, ...)")
+    if arm.migrate:
+        site = migrating_site(site, workdir.with_name(f"{workdir.name}.site.yaml"))
     t_start = time.monotonic()
     cluster = factory(workdir)
     try:
@@ -230,6 +260,8 @@ def run_arm(factory: ClusterFactory, workdir: Path, site: Site, sel: Selection, 
         clock = calibrate(runner, speed)
         first = min(j.offset_s for j in sel.jobs)
         t0 = clock.now() + (lead_s + 1.0) * speed - first
+        if on_start is not None:
+            on_start(t0)
         show = (lambda p: say(progress_line(arm.name, window, p, len(sel.jobs)))) if say else None
         sub = Submitter(runner, sel.jobs, clock, t0, request_for(site, arm, users), script, cluster.workdir,
                         lead_s=lead_s, say=show, every_s=max(5.0, 120.0 / speed))
@@ -247,7 +279,8 @@ def run_arm(factory: ClusterFactory, workdir: Path, site: Site, sel: Selection, 
             for i in range(0, len(ids), 500):
                 runner.run(cancel_argv(ids[i:i + 500]), check=False, timeout=60)
         outs = outcomes(((s.job, s.job_id, s.target, s.released) for s in sub.subs), records, Pools(site))
-        figs = figures(outs, Pools(site).capacity, t0, window.hours, end_now)
+        pools = Pools(site)
+        figs = figures(outs, pools.capacity, t0, window.hours, end_now, units=pools.units)
     except RuntimeFailure as e:
         raise RuntimeFailure(f"[{arm.name}] {e}\n{cluster.explain()}") from e
     finally:
@@ -255,7 +288,7 @@ def run_arm(factory: ClusterFactory, workdir: Path, site: Site, sel: Selection, 
     result = ArmResult(arm.name, speed, window, t0, end_now, outs, figs, all_ended,
                        [(j.trace_id, msg) for j, msg in sub.failed],
                        {"boot": round(boot, 1), "replay": round(replay_s, 1),
-                        "total": round(time.monotonic() - t_start, 1)})
+                        "total": round(time.monotonic() - t_start, 1)}, capacity=dict(Pools(site).capacity))
     if save is not None:
         save.parent.mkdir(parents=True, exist_ok=True)
         write_json_atomic(str(save), result.to_json(), indent=1)

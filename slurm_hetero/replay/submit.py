@@ -38,6 +38,7 @@ class Request:
     accel_gres: str = "gpu"  # plain arm: the GRES name accelerator jobs ask for
     accel_partition: str | None = None  # plain arm: where that GRES is (no job_submit routing)
     as_users: bool = False  # submit as the local user named like the job's account (--uid)
+    accel_spec: str = "any"  # bridge arms: `--accel=SPEC:N` (any, or a vendor/stack: nvidia)
 
 
 def sbatch_argv(job: ReplayJob, req: Request, script: Path, workdir: Path) -> list[str]:
@@ -51,6 +52,8 @@ def sbatch_argv(job: ReplayJob, req: Request, script: Path, workdir: Path) -> li
     ['--arch=any', '--accel=any:2', '--output=/dev/null']
     """
     argv = [f"--job-name=r{job.trace_id}", f"--account={job.account}", f"--ntasks={job.cpus}"]
+    if job.one_node:
+        argv.append("--nodes=1")
     if req.as_users:
         argv.append(f"--uid={job.account}")
     if job.limit_min is not None:
@@ -59,9 +62,10 @@ def sbatch_argv(job: ReplayJob, req: Request, script: Path, workdir: Path) -> li
         # The hardware-agnostic request: any arch, any accelerator model.
         argv.append("--arch=any")
         if job.accel:
-            argv.append(f"--accel=any:{job.accel}")
+            argv.append(f"--accel={req.accel_spec}:{job.accel}")
     elif job.accel:
-        argv.append(f"--gres={req.accel_gres}:{job.accel}")
+        # The model the job asks for (`gpu:t4:1`), or any device of the GRES when none is fixed.
+        argv.append(f"--gres={job.fixed_gres or req.accel_gres}:{job.accel}")
         if req.accel_partition:
             argv.append(f"--partition={req.accel_partition}")
     return sbatch_script_argv([*argv, "--output=/dev/null", f"--chdir={workdir}"], str(script),

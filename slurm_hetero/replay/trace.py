@@ -5,6 +5,7 @@ SWF logs (.swf, .swf.gz) and the Alibaba GPU trace (…-pods.csv with its nodes 
 from __future__ import annotations
 
 import gzip
+from collections import Counter
 from pathlib import Path
 
 import pandas as pd
@@ -12,11 +13,36 @@ import pandas as pd
 from slurm_hetero.errors import InputError
 from slurm_hetero.jobs import traces
 from slurm_hetero.jobs.swf import FIELDS
+from slurm_hetero.replay import alibaba
+from slurm_hetero.replay.window import (
+    Capacity,
+    ModelMix,
+    Selection,
+    Window,
+    busiest,
+    busiest_rank,
+    parse_start,
+    select,
+)
+from slurm_hetero.site.model import Site
 
 
 def read_trace(path: Path) -> pd.DataFrame:
-    """A trace as job-table rows (submit/start/end in trace epoch seconds)."""
-    return traces.read_trace(path).jobs
+    """A trace as job-table rows (submit/start/end in trace epoch seconds); the Alibaba pods
+    file (known by its header) with replay's additions (`replay/alibaba.py`)."""
+    return read_trace_counted(path)[0]
+
+
+def read_trace_counted(path: Path) -> tuple[pd.DataFrame, Counter[str]]:
+    """`read_trace`, and the trace's records it dropped, by reason."""
+    if alibaba.is_pods_csv(path):
+        return alibaba.read_pods(path)
+    return traces.read_trace(path).jobs, Counter()
+
+
+def is_pods(df: pd.DataFrame) -> bool:
+    """Jobs of the Alibaba pods file: one node each, GPU models the trace's cluster has."""
+    return bool(len(df)) and str(df["source"].iloc[0]).startswith("alibaba:")
 
 
 def _lines(path: Path) -> list[str]:
@@ -55,3 +81,26 @@ def cut_swf(src: Path, first: int, end: int, note: list[str]) -> str:
         if first <= submit < end:
             kept.append(ln)
     return "\n".join([*header, *(f"; {x}" for x in note), *kept]) + "\n"
+
+
+def select_for(df: pd.DataFrame, window: Window, site: Site) -> Selection:
+    """`window.select` as the trace needs it: pods ask for one node each and, in the plain
+    arm, for a fixed GPU model (`ModelMix`: the trace's where named, else a seeded draw by
+    the site's model mix), and the pods still in the system at the replay's first instant
+    are carried over (`select`: its pods run for weeks)."""
+    pods = is_pods(df)
+    return select(df, window, Capacity.of(site), mix=ModelMix(site) if pods else None, one_node=pods,
+                  carry_over=pods)
+
+
+def resolve_start(text: str, df: pd.DataFrame, site: Site, hours: float) -> int:
+    """--start, with `busiest[:K]`: the K-th busiest window of `hours` (`window.busiest`)."""
+    k = busiest_rank(text)
+    if k is None:
+        first = int(df.loc[df["submit"] >= 0, "submit"].min()) if len(df) else 0
+        return parse_start(text, first)
+    found = busiest(df, Capacity.of(site), hours, k, carry_over=is_pods(df))
+    if len(found) < k:
+        raise InputError(f"--start {text}: the trace has only {len(found)} non-overlapping windows of "
+                         f"{hours:g} h with work in them")
+    return found[k - 1][0]

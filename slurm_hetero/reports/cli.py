@@ -30,14 +30,21 @@ from slurm_hetero.cliutil import console, reports_errors, site_option
 @click.option("--job", "job_id", metavar="JOBID",
               help="Only this job's page (what `slurm-hetero job` shows).")
 @click.option("--strict", is_flag=True, help="Exit 2 when the site does not describe the cluster's nodes.")
+@click.option("--power-history", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="The bridge daemon's power-saving history for the 'Power saving' section "
+                   "[default: StateSaveLocation/hetero-power-history.jsonl of a site with power saving on].")
+@click.option("--replay", "replay_path", type=click.Path(dir_okay=False, path_type=Path),
+              help="Add a 'What-if replay' section from a `replay run` replay.json or a `replay merge` "
+                   "output; without --trace the report is of the replay alone (no cluster asked).")
 @reports_errors
 def report(site_path: Path, since: str | None, until: str | None, partition: str | None,
            output: Path | None, csv_dir: Path | None, trace: Path | None, cache_dir: Path | None,
-           no_cache: bool, job_id: str | None, strict: bool) -> None:
+           no_cache: bool, job_id: str | None, strict: bool, replay_path: Path | None = None,
+           power_history: Path | None = None) -> None:
     """Accounting report: utilisation, waits, energy, predictions, bridge decisions, users."""
     if job_id is not None:
         given = (("--trace", trace), ("--csv", csv_dir), ("--since", since), ("--until", until),
-                 ("--partition", partition))
+                 ("--partition", partition), ("--replay", replay_path))
         clash = [o for o, v in given if v]
         if clash:
             raise click.UsageError(f"--job shows one job's page: it takes no {', '.join(clash)}")
@@ -55,12 +62,25 @@ def report(site_path: Path, since: str | None, until: str | None, partition: str
     from slurm_hetero.slurm.runner import Runner
     from slurm_hetero.slurm.sacct import default_cache_dir
 
-    if trace:
-        rep = trace_report(trace, since, until, partition)
+    replayed = None
+    if replay_path is not None:
+        from slurm_hetero.reports import whatif
+
+        replayed = whatif.load(replay_path)  # bad input is exit 2 before any cluster is asked
+    if replayed is not None and not trace:
+        rep = whatif.replay_report(replayed)
+    elif trace:
+        rep = trace_report(trace, since, until, partition, power_history=power_history)
     else:
-        rep = sacct_report(load_site(site_path), Runner(), resolve_period(since, until),
+        from slurm_hetero.reports.power import default_history
+
+        site = load_site(site_path)
+        rep = sacct_report(site, Runner(), resolve_period(since, until),
                            partition, None if no_cache else cache_dir or default_cache_dir(), progress=True,
-                           strict=strict, warn=lambda m: click.echo(m, err=True))
+                           strict=strict, warn=lambda m: click.echo(m, err=True),
+                           power=True, power_history=power_history or default_history(site))
+    if replayed is not None and trace:
+        rep.sections.append(whatif.replay_section(replayed))
     if csv_dir:
         console.print(f"wrote {len(write_csv(rep, csv_dir))} CSV files to {csv_dir}", markup=False,
                       highlight=False)

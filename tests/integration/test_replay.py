@@ -16,7 +16,7 @@ from slurm_hetero.replay.fidelity import runtime_bound_s
 from slurm_hetero.replay.metrics import ALL, release_lags, runtime_errors
 from slurm_hetero.replay.run import ARMS, ArmResult, run_arm, train_model
 from slurm_hetero.replay.trace import read_trace
-from slurm_hetero.replay.window import Capacity, Window, select
+from slurm_hetero.replay.window import Capacity, ModelMix, Selection, Window, select
 from slurm_hetero.site import load_site
 
 pytestmark = pytest.mark.integration
@@ -70,3 +70,51 @@ def test_the_bridge_decided_and_the_plain_arm_had_no_bridge(results: dict[str, A
     for o in results["bridge"].outcomes:
         assert o.limit_final_s is not None and o.user_limit_s is not None
         assert o.limit_final_s <= o.user_limit_s
+
+
+# The Alibaba GPU trace: 4 pods of its head (tests/data/traces/) in a 15-minute window, on a
+# site made from its nodes list at 1/300 (8 nodes, 23 GPUs, every model of the trace), plain
+# (each pod asks its fixed model) and bridge (--accel=nvidia:N) arms.
+ALIBABA_WINDOW = Window(10017700, 0.25)
+TRACES = Path(__file__).resolve().parents[1] / "data" / "traces"
+
+
+@pytest.fixture(scope="module")
+def alibaba(tmp_path_factory: pytest.TempPathFactory) -> tuple[Selection, dict[str, ArmResult]]:
+    site = load_site(DATA / "alibaba-site-small.yaml")
+    df = read_trace(TRACES / "alibaba-gpu-2023-head-pods.csv")
+    sel = select(df, ALIBABA_WINDOW, Capacity.of(site), mix=ModelMix(site), one_node=True)
+    assert len(sel.jobs) == 4 and not sel.skipped and all(j.accel == 1 and j.fixed_gres for j in sel.jobs)
+    work = tmp_path_factory.mktemp("replay-alibaba")
+    out = {name: run_arm(DevReplayCluster, work / name, site, sel, ALIBABA_WINDOW, ARMS[name], SPEED,
+                         say=print, drain_hours=0.5)
+           for name in ("plain", "bridge-nomodel")}
+    return sel, out
+
+
+@pytest.mark.parametrize("arm", ["plain", "bridge-nomodel"])
+def test_alibaba_pods_ran_their_runtime_on_a_gpu(alibaba: tuple[Selection, dict[str, ArmResult]],
+                                                 arm: str) -> None:
+    sel, results = alibaba
+    r = results[arm]
+    assert r.submit_failed == [] and r.all_ended
+    assert len(r.outcomes) == len(sel.jobs)
+    bad = [(o.trace_id, o.state) for o in r.outcomes if o.state != "COMPLETED"]
+    assert bad == [], f"{arm}: pods that did not complete: {bad}"
+    errors = runtime_errors(r.outcomes)
+    assert len(errors) == len(sel.jobs)
+    assert max(abs(e) for e in errors) <= runtime_bound_s(SPEED), sorted(errors)
+    assert all(o.start is not None and o.start >= o.due - 1 for o in r.outcomes)
+    f = r.figures[ALL]
+    assert (f.killed_at_limit, f.killed_early, f.unfinished, f.accel_jobs) == (0, 0, 0, len(sel.jobs))
+    # Each pod held one GPU of a model of the site (sacct's AllocTRES), in the plain arm the
+    # model it was given.
+    fixed = {j.trace_id: j.fixed_gres for j in sel.jobs}
+    models = {p.gres: p.model for p in ModelMix(load_site(DATA / "alibaba-site-small.yaml")).pools.values()}
+    for o in r.outcomes:
+        assert o.accel == 1, (o.trace_id, o.accel)
+        model = o.pool.split("@")[0]
+        assert model in models.values(), o.pool
+        if arm == "plain":
+            assert model == models[fixed[o.trace_id] or ""], (o.trace_id, o.pool, fixed[o.trace_id])
+    assert f.units_used_h is not None and f.units_used_h > 0
