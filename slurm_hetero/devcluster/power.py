@@ -30,6 +30,11 @@ def start(c: Cluster, node: str, boot_delay: float) -> None:
     restarted: slurmctld takes the node back only from a fresh registration."""
     stop(c, node)
     time.sleep(boot_delay)
+    if c.pid(c.daemon("slurmctld")) is None:
+        # The cluster went down while the node "booted": a slurmd started now would outlive
+        # it (seen: a resume in flight during `cluster down` left one behind). `down` stops
+        # slurmctld a moment after the slurmds, so this narrows that window, not closes it.
+        return
     c.start_slurmd(node, rebooted=True)
 
 

@@ -10,6 +10,11 @@ system now), so every pool always has a number.
 The bridge daemon sits one floor below this package, so it never imports it: the top-level
 CLI (`bridge run`) builds a `Refresher` and hands the daemon a plain callable that returns
 the forecast; the daemon writes it into the capacity snapshot.
+
+On a replay (benchmarks/power_replay.py) the cluster's clock is faked and its accounting holds
+only the replayed jobs: `OnTraceClock` forecasts on the trace's clock instead, from a model
+trained on the trace before the window and the trace's history before it (`history_before`),
+and the replay publishes the result for the daemon (power/published.py).
 """
 
 from __future__ import annotations
@@ -149,3 +154,47 @@ class Refresher:
             self.table = table.loc[keep].reset_index(drop=True)
             model, table = self.model, self.table
         return forecast_now(model, table, now, self.pools, tz=self.tz)
+
+
+def shifted(table: pd.DataFrame, by: float) -> pd.DataFrame:
+    """The table with every time moved by `by` seconds."""
+    out = table.copy()
+    for c in ("submit", "start", "end"):
+        out[c] = out[c] + by
+    return out
+
+
+def history_before(table: pd.DataFrame, first: float, pool: str | None = None) -> pd.DataFrame:
+    """A trace's jobs submitted before `first`, as a replay starting then sees them: the
+    replay's cluster is empty at `first`, so a job still in the system then ends there.
+    `pool`: the site pool every row counts in (a trace names no architecture)."""
+    t = table.loc[table["submit"] < first].copy()
+    for c in ("start", "end"):
+        t.loc[~(t[c] < first), c] = first
+    if pool is not None:
+        t["pool"] = pool
+    t["job"] = "trace:" + t["job"].astype(str)  # never the same key as a cluster's job id
+    return t.reset_index(drop=True)
+
+
+class OnTraceClock:
+    """The forecaster of a replay (benchmarks/power_replay.py): a model trained on the trace
+    before the window, fed the trace's history before the window and the replay cluster's
+    accounting since, all on the trace's clock (the cluster's minus `shift()`: the replay's
+    mapping, None until it is known, and then no forecast). The calendar features thus stay
+    the trace's own, whatever the faked clock's date."""
+
+    def __init__(self, model: ForecastModel | None, history: pd.DataFrame,
+                 fetch: Callable[[float, float], pd.DataFrame], clock: Callable[[], float],
+                 shift: Callable[[], float | None], since: float, pools: Sequence[str],
+                 tz: str | None = None):
+        self.model, self.history, self.fetch, self.clock = model, history, fetch, clock
+        self.shift, self.since, self.pools, self.tz = shift, since, list(pools), tz
+
+    def __call__(self) -> Forecast:
+        d = self.shift()
+        if d is None:
+            return {}
+        now = self.clock()
+        recent = shifted(self.fetch(self.since, now), -d)
+        return forecast_now(self.model, concat([self.history, recent]), now - d, self.pools, tz=self.tz)

@@ -13,5 +13,7 @@ checks the safety rules again (`rules`) and refuses what breaks one.
 
 Modules, lowest first: `states` (parsers of scontrol output), `rules` (pure: pools, safety,
 the keeper's plan), `methods` (ipmi, redfish, command, devcluster), `program` (what the
-rendered Suspend/ResumeProgram run), `keeper`, `cli`.
+rendered Suspend/ResumeProgram run), `history` (the keeper's JSONL record per pool and round,
+for the report), `published` (a forecast another process publishes for the daemon: replay's),
+`keeper`, `cli`.
 """

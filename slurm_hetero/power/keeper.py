@@ -11,10 +11,12 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
+from dataclasses import replace
 
 from slurm_hetero.errors import RuntimeFailure
 from slurm_hetero.power import rules
-from slurm_hetero.power.states import parse_busy, parse_nodes, parse_reservations
+from slurm_hetero.power.history import PowerHistory, records
+from slurm_hetero.power.states import NodeState, parse_busy, parse_nodes, parse_reservations
 from slurm_hetero.site.model import Site
 from slurm_hetero.slurm.commands import (
     busy_nodes_argv,
@@ -35,19 +37,31 @@ def keep_every(site: Site) -> float:
 
 class Keeper:
     def __init__(self, site: Site, runner: Runner, log: Log = print,
-                 clock: Callable[[], float] = time.time, every: float | None = None):
+                 clock: Callable[[], float] = time.time, every: float | None = None,
+                 history: PowerHistory | None = None):
         self.site, self.runner, self.log, self.clock = site, runner, log, clock
+        self.history = history  # one record per pool and round, for the report
+        self.seen: dict[str, float] = {}  # node -> when first seen idle with no LastBusyTime
         self.every = keep_every(site) if every is None else every
         self.last = -math.inf
         self.last_plan: rules.Plan | None = None
 
     def plan(self, forecast: rules.Forecast | None) -> rules.Plan:
         now = self.clock()
-        states = parse_nodes(self.runner.out(nodes_oneliner_argv()))
+        states = self.idle_since(parse_nodes(self.runner.out(nodes_oneliner_argv())), now)
         busy = parse_busy(self.runner.out(busy_nodes_argv()))
         resv = parse_reservations(self.runner.out(reservations_oneliner_argv()))
         held = rules.reserved(resv, now, rules.lead_s(self.site))
         return rules.plan(self.site, states, busy, held, forecast, now)
+
+    def idle_since(self, states: dict[str, NodeState], now: float) -> dict[str, NodeState]:
+        """A node never busy since slurmctld started has LastBusyTime=Unknown: it counts as
+        idle from the first round that saw it so (else it would never sleep)."""
+        unknown = {n for n, s in states.items() if s.last_busy is None and s.idle_awake}
+        self.seen = {n: t for n, t in self.seen.items() if n in unknown}
+        for n in unknown:
+            states[n] = replace(states[n], last_busy=self.seen.setdefault(n, now))
+        return states
 
     def round(self, forecast: rules.Forecast | None) -> rules.Plan | None:
         """One keeper round if due; never raises (power saving is advice to the heartbeat)."""
@@ -56,7 +70,7 @@ class Keeper:
         self.last = time.monotonic()
         try:
             p = self.plan(forecast)
-            self.apply(p)
+            failed = self.apply(p)
         except RuntimeFailure as e:
             self.log(f"power: round skipped: {e}")
             return None
@@ -64,14 +78,23 @@ class Keeper:
             self.log(f"power: round failed: {type(e).__name__}: {e}")
             return None
         self.last_plan = p
+        if self.history is not None:
+            try:
+                self.history.append(records(p, forecast, self.clock(), failed))
+            except OSError as e:  # a lost record costs the report a minute, not the round
+                self.log(f"power: history not written: {e}")
         return p
 
-    def apply(self, p: rules.Plan) -> None:
+    def apply(self, p: rules.Plan) -> list[str]:
+        """Ask slurmctld for the plan's wake-ups and power-downs; returns the actions it refused."""
+        failed = []
         for state, nodes in (("power_up", p.wake), ("power_down", p.sleep)):
             if not nodes:
                 continue
             r = self.runner.run(node_power_argv(nodes, state), check=False)
             ok = r.returncode == 0
+            if not ok:
+                failed.append(state)
             why = "" if ok else f": {str(r.stderr or r.stdout).strip()[:200]}"
             for pp in p.pools:
                 mine = pp.wake if state == "power_up" else pp.sleep
@@ -79,3 +102,4 @@ class Keeper:
                     self.log(f"power: {state} {','.join(mine)} ({pp.pool}: need {pp.need:g}, running "
                              f"{pp.running:g}, idle {pp.idle}, keep {pp.keep_idle})"
                              + ("" if ok else " failed" + why))
+        return failed

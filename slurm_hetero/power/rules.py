@@ -106,6 +106,8 @@ class PoolPlan:
     asleep: int
     wake: list[str] = field(default_factory=list)
     sleep: list[str] = field(default_factory=list)
+    waking: int = 0  # powering up now (counted in `idle` too)
+    nodes: int = 0  # nodes of the pool slurmctld lists
 
 
 @dataclass
@@ -146,7 +148,8 @@ def plan(site: Site, states: Mapping[str, NodeState], busy: set[str], reserved_n
                 and (s.idle_awake or s.waking)]
         sleeping = sorted(s.name for s in sts if s.can_wake and s.name not in reserved_nodes)
         p = PoolPlan(pool, round(need, 3), round(running, 3), keep_idle, len(free),
-                     sum(1 for s in sts if s.asleep))
+                     sum(1 for s in sts if s.asleep), waking=sum(1 for s in sts if s.waking),
+                     nodes=len(sts))
         if len(free) < keep_idle:
             p.wake = sleeping[:keep_idle - len(free)]
         elif len(free) > keep_idle:

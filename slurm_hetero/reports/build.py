@@ -22,6 +22,7 @@ from slurm_hetero.reports.model import Report
 from slurm_hetero.reports.outages import fetch_outages
 from slurm_hetero.reports.pending import parse_squeue_pending, pending_text
 from slurm_hetero.reports.period import Period
+from slurm_hetero.reports.power import power_section
 from slurm_hetero.site.model import Site
 from slurm_hetero.slurm import hostlist
 from slurm_hetero.slurm.parse import parse_duration_s, parse_tres
@@ -95,8 +96,10 @@ def site_mismatch(raw: pd.DataFrame, site: Site) -> str | None:
 
 def sacct_report(site: Site | None, runner: Runner, period: Period, partition: str | None = None,
                  cache_dir: Path | None = None, progress: bool = False, now: float | None = None,
-                 strict: bool = False, warn: Callable[[str], None] | None = None) -> Report:
+                 strict: bool = False, warn: Callable[[str], None] | None = None,
+                 power: bool = False, power_history: Path | None = None) -> Report:
     """The report of a cluster's accounting over `period` (sacct by day, squeue for waiters).
+    `power`: add the "Power saving" section from the keeper's `power_history` (None: none).
 
     A site that does not describe the cluster's nodes or GRES is said through `warn` (and
     in the report's notes), or is an InputError with `strict`."""
@@ -149,7 +152,10 @@ def sacct_report(site: Site | None, runner: Runner, period: Period, partition: s
     ident = accounting_identity(runner)
     cluster = f"cluster {ident['clustername']}" if "clustername" in ident else ident["conf"]
     label = f"sacct of {cluster} ({days.fetched} day(s) fetched, {days.hits} from cache)"
-    return build_report(jobs, cap, period, label, pending, notes, partition, now, lost, limits)
+    rep = build_report(jobs, cap, period, label, pending, notes, partition, now, lost, limits)
+    if power and not rep.empty:
+        rep.sections.append(power_section(power_history, jobs))
+    return rep
 
 
 def trace_period(jobs: pd.DataFrame, since: str | None, until: str | None) -> Period:
@@ -166,11 +172,15 @@ def trace_period(jobs: pd.DataFrame, since: str | None, until: str | None) -> Pe
 
 
 def trace_report(path: Path, since: str | None = None, until: str | None = None,
-                 partition: str | None = None) -> Report:
-    """The report of an SWF or Alibaba trace, as if it were a cluster's accounting."""
+                 partition: str | None = None, power_history: Path | None = None) -> Report:
+    """The report of an SWF or Alibaba trace, as if it were a cluster's accounting (with the
+    "Power saving" section when a keeper's history on the trace's clock is given: replay's)."""
     trace = read_trace(path)
     period = trace_period(trace.jobs, since, until)
     jobs = table.select(trace.jobs, period.start, period.end, partition)
     # "Still waiting" and wait-so-far are as of the trace's end, not of today.
-    return build_report(jobs, trace.capacity, period, trace.label, None, trace.notes, partition,
-                        now=period.end)
+    rep = build_report(jobs, trace.capacity, period, trace.label, None, trace.notes, partition,
+                       now=period.end)
+    if power_history is not None and not rep.empty:
+        rep.sections.append(power_section(power_history, jobs))
+    return rep

@@ -68,6 +68,21 @@ def test_idle_nodes_sleep_but_one_per_pool(pc: Cluster) -> None:
     assert {f"{n} idle~" for n in asleep} <= set(out.splitlines()), out
 
 
+def test_keeper_history_records_the_sleep(pc: Cluster) -> None:
+    """The bridge daemon's keeper writes a record per pool and round beside the snapshot."""
+    from slurm_hetero.power.history import HISTORY_FILE, read_history
+
+    def recorded() -> bool:
+        recs = read_history(pc.state / HISTORY_FILE)
+        return any(r["pool"] == "cpu@x86_64" and r["asleep"] == 2 for r in recs)
+
+    assert wait_until(recorded, 30, 1.0), read_history(pc.state / HISTORY_FILE)[-4:]
+    recs = read_history(pc.state / HISTORY_FILE)
+    assert {r["pool"] for r in recs} >= {"cpu@x86_64"} and len({r["pool"] for r in recs}) == 2
+    slept = {n for r in recs for n in r["sleep"]}
+    assert slept <= set(CPUS) and len(slept) >= 2  # the NPU node, alone in its pool, never
+
+
 def test_a_job_wakes_the_nodes_it_needs(pc: Cluster) -> None:
     asleep = [n for n, s in states(pc).items() if s.asleep]
     assert asleep, "the previous test left no node asleep"
