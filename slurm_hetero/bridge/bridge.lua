@@ -391,6 +391,9 @@ local function load_snapshot(text)
 end
 
 local snap = { checked = -1, gen = nil, data = nil, problem = nil, state = nil }
+-- Devices this slurmctld handed out per pool since the snapshot was written: a burst of
+-- submissions between two snapshots must not all land on the pool that looked free.
+local placed = {}
 
 local function note_snapshot(state, detail)
     if snap.state ~= state then  -- one log line per change, not per job
@@ -411,6 +414,7 @@ local function read_snapshot()
     elseif gen ~= snap.gen then  -- a new generation: loaded and checked once
         local data, bad = load_snapshot(f:read("*a") or "")
         snap.data, snap.gen = data, gen
+        placed = {}  -- the new snapshot counts them (as running or pending)
         if data == nil then
             snap.problem = bad
         else
@@ -504,13 +508,15 @@ end
 
 -- With a fresh snapshot: pools where the job can start now come first, cheapest (fewest
 -- normalized units) first; then the others by shortest backlog (pending + requested - free
--- devices, per device of the pool). Without one: the static order (smallest model first).
+-- devices, per device of the pool). Free is what the snapshot saw less what this slurmctld
+-- placed since. Without one: the static order (smallest model first).
 local function choose(cands, data)
     for _, c in ipairs(cands) do
         local s = data and data.pools[c.pool.key]
         if s then
-            c.now = (s.free_max_node >= c.n and s.pending == 0)
-            c.backlog = (s.pending + c.n - s.free) / math.max(s.total, 1)
+            local free = s.free - (placed[c.pool.key] or 0)
+            c.now = (math.min(s.free_max_node, free) >= c.n and s.pending == 0)
+            c.backlog = (s.pending + c.n - free) / math.max(s.total, 1)
         else
             c.now, c.backlog = false, math.huge
         end
@@ -708,6 +714,7 @@ local function decide(job_desc, opts, now, partition, tres)
         end
         local data, age = snapshot(now)
         local best, why = choose(cands, data)
+        if data then placed[best.pool.key] = (placed[best.pool.key] or 0) + best.n end
         local m = MODELS[best.pool.model]
         set.tres_per_node = GRES_PREFIX .. m.gres .. ":" .. m.type .. ":" .. best.n
         arch = best.pool.arch

@@ -13,7 +13,10 @@ Every round (a few seconds) it
    `migration.running` requeues running --checkpoint --migratable jobs into a pool that
    frees up when that finishes them clearly sooner (bridge/migrate.py).
 5. where the site enables `power:`, lets the power keeper wake and put to sleep idle nodes
-   from the forecast, about once a minute (slurm_hetero/power/keeper.py).
+   from the forecast, about once a minute (slurm_hetero/power/keeper.py), and append what it
+   saw and did to StateSaveLocation/hetero-power-history.jsonl (power/history.py). Without
+   `--forecast` it takes a forecast another process publishes beside the snapshot
+   (power/published.py), if there is a fresh one.
 On start it does step 2 first (jobs may have come close to a shortened limit while it was
 down). SIGTERM stops it cleanly; a slurmctld that does not answer costs a round, not the
 daemon.
@@ -22,6 +25,7 @@ daemon.
 from __future__ import annotations
 
 import math
+import resource
 import signal
 import time
 import traceback
@@ -32,7 +36,11 @@ from pathlib import Path
 from slurm_hetero.bridge.migrate import Move, Planner, Requeue, take
 from slurm_hetero.bridge.snapshot import Forecast, PoolCapacity, take_snapshot
 from slurm_hetero.errors import RuntimeFailure
+from slurm_hetero.jobs.sitefactor import FactorPolicy
+from slurm_hetero.power.history import HISTORY_FILE, PowerHistory
 from slurm_hetero.power.keeper import Keeper
+from slurm_hetero.power.published import FORECAST_FILE
+from slurm_hetero.power.published import reader as published_forecast
 from slurm_hetero.site.model import Site
 from slurm_hetero.slurm.commands import requeue_argv
 from slurm_hetero.slurm.comment import parse_comment
@@ -41,32 +49,6 @@ from slurm_hetero.slurm.scontrol import admin_comment_argv, move_job_argv, updat
 from slurm_hetero.slurm.squeue import SQUEUE_JSON_ARGV, QueuedJob, parse_squeue_json
 
 Log = Callable[[str], None]
-
-
-@dataclass(frozen=True)
-class FactorPolicy:
-    """SiteFactor = round(cap * max(short, age)), where
-
-    short = 1 - ln(1 + p50_min) / ln(1 + horizon_min), clamped to [0, 1]: a 1-minute job
-            gets nearly the cap, a job predicted at the horizon (7 days) or longer gets 0;
-    age   = min(1, waited_s / age_full_s): after age_full_s (1 day) of waiting any job has
-            the cap, so long jobs are never starved by a stream of short ones.
-    p50 is the bridge's central prediction (from the admin comment), else the job's limit.
-    The value is rounded to `step` (1% of the cap): the age term grows every second, and
-    without steps every pending job would need an update RPC every round (20,000 pending
-    jobs, 20,000 RPCs each round); with them a job changes about every age_full_s/100.
-    """
-
-    cap: int = 10_000
-    horizon_min: float = 7 * 24 * 60
-    age_full_s: float = 24 * 3600
-    step: int = 100
-
-    def site_factor(self, p50_s: float, waited_s: float) -> int:
-        short = 1 - math.log1p(max(p50_s, 0) / 60) / math.log1p(self.horizon_min)
-        age = min(1.0, max(waited_s, 0) / self.age_full_s)
-        raw = self.cap * max(0.0, min(1.0, max(short, age)))
-        return min(self.cap, self.step * round(raw / self.step))
 
 
 @dataclass(frozen=True)
@@ -119,11 +101,28 @@ def user_limit(decision: dict[str, object]) -> int | None:
     return v
 
 
+def cpu_seconds() -> float:
+    """CPU time of this process and of the commands it ran and waited for (squeue, sinfo,
+    scontrol): what the duty limits below count, whatever else the machine is doing."""
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.process_time() + kids.ru_utime + kids.ru_stime
+
+
+MAX_DUTY = 0.25  # share of one CPU the daemon's rounds may take
+MAX_GAP_S = 10.0
+QUEUE_DUTY = 0.1  # share of one CPU reading the whole queue may take (squeue's own CPU too)
+MAX_QUEUE_GAP_S = 60.0
+
+
 class BridgeDaemon:
     def __init__(self, site: Site, runner: Runner, snapshot: Path, every: float = 5.0,
                  factor: FactorPolicy | None = None, extend: ExtendPolicy | None = None,
-                 log: Log = print, forecaster: Callable[[], Forecast] | None = None):
+                 log: Log = print, forecaster: Callable[[], Forecast] | None = None,
+                 power_history: Path | None = None):
         self.site, self.runner, self.snapshot, self.every = site, runner, snapshot, every
+        self.stretched = self.queue_stretched = False
+        self.last_queue: list[QueuedJob] | None = None
+        self.queue_due = -math.inf
         self.factor = factor or FactorPolicy()
         self.extend = extend or ExtendPolicy()
         self.log = log
@@ -131,11 +130,16 @@ class BridgeDaemon:
         # What we set last (22.05's scontrol does not show SiteFactor): one RPC per change.
         self.factors: dict[str, int] = {}
         # The demand forecast (forecast/ passes a refresher in from the CLI): once a minute.
+        # Without one, a forecast another process publishes beside the snapshot (replay's).
         self.forecaster = forecaster
+        if forecaster is None and site.power.enabled:
+            self.forecaster = published_forecast(snapshot.parent / FORECAST_FILE)
         self.forecast: Forecast = {}
         self.forecast_t = -math.inf
         # Power saving (site power:): the keeper wakes and sleeps nodes from the forecast.
-        self.keeper = Keeper(site, runner, log=log) if site.power.enabled else None
+        # Its history (one JSON line per pool and round) feeds the report's power section.
+        history = PowerHistory(power_history or snapshot.parent / HISTORY_FILE)
+        self.keeper = Keeper(site, runner, log=log, history=history) if site.power.enabled else None
         self.planner = Planner(site) if site.migration.pending else None
 
     def queue(self) -> list[QueuedJob]:
@@ -191,6 +195,9 @@ class BridgeDaemon:
             estimate = (float(p50) if isinstance(p50, int | float) and not isinstance(p50, bool)
                         and math.isfinite(p50) else (j.limit_min or 60) * 60.0)
             value = self.factor.site_factor(estimate, j.waited_s)
+            sf = j.decision.get("sf")  # what the bridge set at submit (bridge.lua)
+            if j.job_id not in self.factors and isinstance(sf, int) and not isinstance(sf, bool):
+                self.factors[j.job_id] = sf
             if value != self.factors.get(j.job_id):
                 changed.setdefault(value, []).append(j.job_id)
         for value, ids in sorted(changed.items()):
@@ -247,19 +254,55 @@ class BridgeDaemon:
         return done
 
     def round(self) -> None:
-        queue = self.queue()
+        # The whole queue only when due (see queue_gap); the heartbeat and the nodes' state
+        # (sinfo) every round. In between, the snapshot counts the last read's pending jobs.
+        t0 = time.monotonic()
+        full = self.last_queue is None or t0 >= self.queue_due
+        if full:
+            c0 = cpu_seconds()
+            self.last_queue = self.queue()
+            self.queue_due = t0 + self.queue_gap(cpu_seconds() - c0)
+        queue = self.last_queue or []
         self.refresh_forecast()
         caps = take_snapshot(self.site, self.runner, self.snapshot, queue, self.forecast)
+        if self.keeper is not None:
+            self.keeper.round(self.forecast)  # throttles itself (once a minute), never raises
+        if not full:
+            return
         jobs = self.jobs(queue)
         self.extend_limits(jobs)
         self.set_factors(jobs)
-        if self.keeper is not None:
-            self.keeper.round(self.forecast)  # throttles itself (once a minute), never raises
         moved = self.move_pending(queue, caps)
         for m in moved:  # the devices those moves take are not free for a requeue
             if m.to_pool in caps:
                 take(caps[m.to_pool], m.n)
         self.requeue_running(queue, caps)
+
+    def queue_gap(self, took: float) -> float:
+        """Seconds until the next read of the whole queue (`took`: its CPU seconds, squeue's
+        included): every round on a small queue; on a
+        large one (20,000 jobs: `squeue --json` ~3 s of CPU, our parse ~1.3 s) at most
+        QUEUE_DUTY of a CPU, and never more than MAX_QUEUE_GAP_S apart: shortened limits are
+        extended `margin` (120 s) before they run out, so two reads fall within it."""
+        gap = min(max(self.every, took / QUEUE_DUTY), max(self.every, MAX_QUEUE_GAP_S))
+        stretched = gap > self.every + 1.0  # said once, when it makes a difference
+        if stretched and not self.queue_stretched:
+            self.log(f"reading the queue took {took:.1f} s: read every {gap:.0f} s while it is this large")
+        self.queue_stretched = stretched
+        return gap
+
+    def gap(self, took: float) -> float:
+        """Seconds from one round's start to the next (`took`: the round's CPU seconds,
+        `cpu_seconds`): `every`, stretched on a large queue so the daemon spends at most
+        MAX_DUTY of a CPU (a 20,000-job `squeue --json` takes
+        ~1.7 s to read), never past MAX_GAP_S: the snapshot must stay fresh (the bridge
+        reads it as stale after 30 s) and shortened limits are extended in time."""
+        gap = min(max(self.every, took / MAX_DUTY), max(self.every, MAX_GAP_S))
+        stretched = gap > self.every + 1.0
+        if stretched and not self.stretched:
+            self.log(f"a round took {took:.1f} s: rounds {gap:.1f} s apart while the queue is this large")
+        self.stretched = stretched
+        return gap
 
     def run(self, rounds: int | None = None) -> None:
         signal.signal(signal.SIGTERM, lambda *_: setattr(self, "stopping", True))
@@ -269,7 +312,7 @@ class BridgeDaemon:
             self.log(f"startup repair skipped: {type(e).__name__}: {e}")
         n = 0
         while not self.stopping and (rounds is None or n < rounds):
-            t0 = time.monotonic()
+            t0, c0 = time.monotonic(), cpu_seconds()
             try:
                 self.round()
             except RuntimeFailure as e:
@@ -277,6 +320,7 @@ class BridgeDaemon:
             except Exception as e:  # a bug must cost a round, not the heartbeat of every job
                 self.log(f"round failed: {type(e).__name__}: {e}\n{traceback.format_exc(limit=5)}")
             n += 1
-            while not self.stopping and time.monotonic() - t0 < self.every and (rounds is None or n < rounds):
+            gap = self.gap(cpu_seconds() - c0)
+            while not self.stopping and time.monotonic() - t0 < gap and (rounds is None or n < rounds):
                 time.sleep(0.1)
         self.log("bridge daemon stopped")

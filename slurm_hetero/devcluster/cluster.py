@@ -555,9 +555,10 @@ class Cluster:
         self._sql(" ".join([*drops, "ALTER USER 'root'@'localhost' IDENTIFIED VIA unix_socket;",
                             "DROP DATABASE IF EXISTS test;", "FLUSH PRIVILEGES;"]))
 
-    def start_bridge(self, site: Site, every: float = 2.0, margin: float = 120.0) -> None:
+    def start_bridge(self, site: Site, every: float = 2.0, margin: float = 120.0, wait: float = 20.0) -> None:
         """The bridge daemon (capacity snapshot and heartbeat, limit extensions, SiteFactor),
-        under a supervisor that restarts it when it dies."""
+        under a supervisor that restarts it when it dies; `wait`: seconds for its first
+        snapshot (a queue of tens of thousands of jobs takes longer to read)."""
         if site.path is None:
             raise InputError("cluster up needs a site loaded from a file (the daemon re-reads it)")
         snap = self.state / "hetero-snapshot.lua"
@@ -568,8 +569,8 @@ class Cluster:
         self._spawn([sys.executable, "-m", SUPERVISOR_MODULE, "--name", "bridge",
                      "--pidfile", str(self.run / "bridge-supervisor.pid"), "--", *bridge],
                     log=self.log / "bridge.log")
-        if not procs.wait_until(snap.exists, 20):
-            raise RuntimeFailure("the bridge daemon wrote no snapshot in 20 s\n" + self.explain())
+        if not procs.wait_until(snap.exists, wait):
+            raise RuntimeFailure(f"the bridge daemon wrote no snapshot in {wait:g} s\n" + self.explain())
 
     def stop_bridge(self) -> None:
         """The supervisor first (it stops the daemon), then the daemon if it outlived it."""

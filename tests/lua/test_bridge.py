@@ -106,6 +106,20 @@ def test_snapshot_backlog_when_nothing_is_free(js: JobSubmit, site: Site, state:
     assert (d["model"], d["why"]) == ("a100-80gb", "least-backlog")
 
 
+def test_a_burst_between_two_snapshots_spreads_over_the_free_pools(js: JobSubmit, site: Site,
+                                                                    state: Path) -> None:
+    write_snapshot(site, state, js.now, v100=0, ascend_910b=2)
+    first = decision(js.submit({"accel": "any:2"})[1])
+    # The two free 910Bs went to the first job: the next starts now on the next cheapest.
+    second = decision(js.submit({"accel": "any:2"})[1])
+    assert (first["model"], first["why"]) == ("ascend-910b", "starts-now")
+    assert (second["model"], second["why"]) == ("a100-80gb", "starts-now")
+    # A new snapshot counts the placed jobs itself: what this slurmctld placed is forgotten.
+    write_snapshot(site, state, js.now + 3, v100=0, ascend_910b=2)
+    js.now += 3
+    assert decision(js.submit({"accel": "any:2"})[1])["model"] == "ascend-910b"
+
+
 def test_stale_snapshot_falls_back_to_static(js: JobSubmit, site: Site, state: Path) -> None:
     write_snapshot(site, state, js.now - 31, v100=0)
     rc, desc = js.submit({"accel": "any:2"})

@@ -204,3 +204,71 @@ def test_site_factors_go_out_one_command_per_value_and_only_when_they_change(tmp
     assert sorted(int(j) for i in ids for j in i) == list(range(1, 801))  # the running job: none
     runner.updates.clear()
     assert d.set_factors(short + long) == 0 and runner.updates == []  # nothing changed: no RPC
+
+
+def test_rounds_stretch_on_a_large_queue_but_stay_fresh(tmp_path: Path) -> None:
+    from slurm_hetero.bridge.daemon import MAX_GAP_S, BridgeDaemon
+    from slurm_hetero.site import load_site
+
+    site = load_site(Path(__file__).resolve().parents[2] / "site" / "demo" / "site.yaml")
+    logs: list[str] = []
+    d = BridgeDaemon(site, HostileRunner([]), tmp_path / "snap.lua", every=2.0, log=logs.append)  # type: ignore[arg-type]
+    assert d.gap(0.1) == 2.0 and logs == []
+    assert d.gap(1.7) == pytest.approx(6.8)  # at most a quarter of a CPU
+    assert d.gap(30.0) == MAX_GAP_S           # never so far apart that the snapshot goes stale
+    assert d.gap(2.0) == 8.0 and len(logs) == 1  # said once, not every round
+    assert d.gap(0.2) == 2.0 and d.gap(3.0) == 10.0 and len(logs) == 2
+
+
+def test_a_factor_the_bridge_set_at_submit_costs_no_update(tmp_path: Path) -> None:
+    from slurm_hetero.bridge.daemon import BridgeDaemon
+    from slurm_hetero.site import load_site
+
+    now = time.time()
+    f = FactorPolicy()
+    at_submit = f.site_factor(600, 0)
+
+    def job(i: int, sf: int | None) -> dict[str, object]:
+        rec: dict[str, object] = {"hetero": 1, "pred": {"p50": 600, "p90": 900}}
+        if sf is not None:
+            rec["sf"] = sf
+        return {"job_id": i, "job_state": "PENDING", "time_limit": 60, "submit_time": now - 5,
+                "admin_comment": json.dumps(rec)}
+
+    site = load_site(Path(__file__).resolve().parents[2] / "site" / "demo" / "site.yaml")
+    runner = HostileRunner([job(1, at_submit), job(2, None), job(3, at_submit - 100)])
+    d = BridgeDaemon(site, runner, tmp_path / "snap.lua", every=0.0, log=lambda _: None)  # type: ignore[arg-type]
+    d.run(rounds=1)
+    # Job 1 holds the value already; job 2 has none recorded; job 3's recorded value is stale.
+    factor_updates = [u for u in runner.updates if any(a.startswith("SiteFactor=") for a in u)]
+    assert factor_updates == [["scontrol", "update", "JobId=2,3", f"SiteFactor={at_submit}"]]
+
+
+def test_a_large_queue_is_read_less_often_than_the_heartbeat(tmp_path: Path) -> None:
+    from slurm_hetero.bridge.daemon import MAX_QUEUE_GAP_S, BridgeDaemon
+    from slurm_hetero.site import load_site
+
+    site = load_site(Path(__file__).resolve().parents[2] / "site" / "demo" / "site.yaml")
+    logs: list[str] = []
+
+    class Counting(HostileRunner):
+        reads = 0
+
+        def out(self, argv: list[str], **kw: object) -> str:
+            Counting.reads += argv[0] == "squeue"
+            return super().out(argv, **kw)
+
+    snap = tmp_path / "snap.lua"
+    d = BridgeDaemon(site, Counting([]), snap, every=2.0, log=logs.append)  # type: ignore[arg-type]
+    assert d.queue_gap(0.1) == 2.0 and d.queue_gap(4.6) == pytest.approx(46.0)
+    assert d.queue_gap(30.0) == MAX_QUEUE_GAP_S and len(logs) == 1 and "read every 46 s" in logs[0]
+    d.round()
+    first = snap.stat().st_mtime_ns
+    d.queue_due = time.monotonic() + 30  # as after a slow read
+    time.sleep(0.01)
+    d.round()
+    # The heartbeat was written again, from the last read's queue: squeue was not asked.
+    assert Counting.reads == 1 and snap.stat().st_mtime_ns > first
+    d.queue_due = time.monotonic() - 1
+    d.round()
+    assert Counting.reads == 2
