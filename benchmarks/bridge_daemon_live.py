@@ -171,15 +171,19 @@ def main() -> None:
                 c.runner.run(["scancel", "--state=PENDING"], check=False, timeout=600)
             finally:
                 c.down(log=lambda *_: None)
-    gap = gaps[-1] if gaps else args.every
-    rounds = secs["running"] / gap
+    def added(key: str) -> float:  # what the daemon's rounds add over the phases it ran in
+        return rpcs["running"].get(key, 0) - rpcs["stopped"].get(key, 0) * secs["running"] / secs["stopped"]
+    # Every round asks sinfo (NODE_INFO), only queue reads ask squeue (JOB_INFO).
+    rounds = max(added("REQUEST_NODE_INFO"), 1.0)
+    queue_reads = max(added("REQUEST_JOB_INFO"), 1.0)
+    gap = secs["running"] / rounds
     print(f"queue filled with {args.pending} held jobs in {fill_s:.0f} s "
           f"({args.pending / fill_s:.0f} jobs/s, 8 submitters); {queued} pending at the end; "
           f"{os.cpu_count()} CPUs")
-    read_gap = reads[-1] if reads else gap
-    print(f"daemon rounds every {args.every:g} s asked; with this queue {gap:g} s apart"
-          f"{' (stretched: at most a quarter of a CPU)' if gaps else ''}, the whole queue read every "
-          f"{read_gap:g} s")
+    read_gap = secs["running"] / queue_reads
+    print(f"daemon rounds every {args.every:g} s asked; with this queue {gap:.1f} s apart on average "
+          f"(longest asked {max(gaps, default=args.every):g} s), the whole queue read every {read_gap:.0f} s "
+          f"(first stretch said: {reads[0] if reads else '-'} s)")
     for kind in ("running", "stopped"):
         r = rates[kind]
         shown = ", ".join(f"{x:.0f}" for x in r)
@@ -191,7 +195,7 @@ def main() -> None:
     print(f"  daemon CPU: {cpu:.1f} s over {secs['running']:.0f} s running = {cpu / secs['running']:.2f} "
           f"CPU, {cpu / max(rounds, 1):.2f} s per round (~{rounds:.0f} rounds); the commands it ran "
           f"(squeue --json, sinfo, scontrol): {child_cpu:.1f} s = {child_cpu / secs['running']:.2f} CPU, "
-          f"{child_cpu / max(secs['running'] / read_gap, 1):.2f} s per queue read")
+          f"{child_cpu / queue_reads:.2f} s per queue read")
     print("  slurmctld RPCs per second, running - stopped (what the daemon adds), per round, and "
           "slurmctld's time in them per round (sdiag total_time):")
     for k in sorted(k for k in set(rpcs["running"]) | set(rpcs["stopped"]) if not k.endswith(" us")):
