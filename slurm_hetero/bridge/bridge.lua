@@ -807,8 +807,9 @@ if MODEL_LUA ~= nil then
     if MODEL == nil then slurm.log_error("slurm-hetero: runtime model not loaded: %s", tostring(err)) end
 end
 
+local LOG_HORIZON = SITE_FACTOR and math.log(1 + SITE_FACTOR.horizon_min)  -- once, not per job
 local function site_factor(p50_s)
-    local short = 1 - math.log(1 + math.max(p50_s, 0) / 60) / math.log(1 + SITE_FACTOR.horizon_min)
+    local short = 1 - math.log(1 + math.max(p50_s, 0) / 60) / LOG_HORIZON
     local raw = SITE_FACTOR.cap * math.max(0, math.min(1, short))
     return math.min(SITE_FACTOR.cap, SITE_FACTOR.step * math.floor(raw / SITE_FACTOR.step + 0.5))
 end

@@ -284,11 +284,9 @@ class BridgeDaemon:
         large one (20,000 jobs: `squeue --json` ~3 s of CPU, our parse ~1.3 s) at most
         QUEUE_DUTY of a CPU, and never more than MAX_QUEUE_GAP_S apart: shortened limits are
         extended `margin` (120 s) before they run out, so two reads fall within it."""
-        gap = min(max(self.every, took / QUEUE_DUTY), max(self.every, MAX_QUEUE_GAP_S))
-        stretched = gap > self.every + 1.0  # said once, when it makes a difference
-        if stretched and not self.queue_stretched:
-            self.log(f"reading the queue took {took:.1f} s: read every {gap:.0f} s while it is this large")
-        self.queue_stretched = stretched
+        gap, self.queue_stretched = self._stretch(
+            took, QUEUE_DUTY, MAX_QUEUE_GAP_S, self.queue_stretched,
+            "reading the queue took {took:.1f} s: read every {gap:.0f} s while it is this large")
         return gap
 
     def gap(self, took: float) -> float:
@@ -297,12 +295,19 @@ class BridgeDaemon:
         MAX_DUTY of a CPU (a 20,000-job `squeue --json` takes
         ~1.7 s to read), never past MAX_GAP_S: the snapshot must stay fresh (the bridge
         reads it as stale after 30 s) and shortened limits are extended in time."""
-        gap = min(max(self.every, took / MAX_DUTY), max(self.every, MAX_GAP_S))
-        stretched = gap > self.every + 1.0
-        if stretched and not self.stretched:
-            self.log(f"a round took {took:.1f} s: rounds {gap:.1f} s apart while the queue is this large")
-        self.stretched = stretched
+        gap, self.stretched = self._stretch(took, MAX_DUTY, MAX_GAP_S, self.stretched,
+                                            "a round took {took:.1f} s: rounds {gap:.1f} s apart while the "
+                                            "queue is this large")
         return gap
+
+    def _stretch(self, took: float, duty: float, cap: float, was: bool, say: str) -> tuple[float, bool]:
+        """`every`, or `took / duty` when longer, at most `cap`; said once when it starts to
+        make a difference (over a second more). Returns (gap, stretched)."""
+        gap = min(max(self.every, took / duty), max(self.every, cap))
+        stretched = gap > self.every + 1.0
+        if stretched and not was:
+            self.log(say.format(took=took, gap=gap))
+        return gap, stretched
 
     def run(self, rounds: int | None = None) -> None:
         signal.signal(signal.SIGTERM, lambda *_: setattr(self, "stopping", True))

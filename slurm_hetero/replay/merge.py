@@ -21,7 +21,6 @@ measured fidelity error (fidelity.compare), or the comparison is "not comparable
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -265,12 +264,7 @@ def write(doc: dict[str, Any], path: Path) -> None:
 
 def read(path: Path) -> dict[str, Any]:
     """A merged document, checked enough that printing or plotting it cannot fail half-way."""
-    try:
-        d = json.loads(path.read_text())
-    except (OSError, ValueError) as e:
-        raise InputError(f"{path}: cannot read merged replay results: {e}") from e
-    if not isinstance(d, dict) or d.get("format") != FORMAT:
-        raise InputError(f"{path}: not a merged replay result (`slurm-hetero replay merge` writes one)")
+    d = report.read_format(path, FORMAT, "merged replay results", "slurm-hetero replay merge")
     try:
         for w in d["windows"]:
             report.parse(w, path)

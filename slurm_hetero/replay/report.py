@@ -138,15 +138,20 @@ def format_of(path: Path) -> str | None:
     return d.get("format") if isinstance(d, dict) and isinstance(d.get("format"), str) else None
 
 
-def read_document(path: Path) -> dict[str, Any]:
-    """One window's replay.json as written (unparsed), checked to be one."""
+def read_format(path: Path, fmt: str, what: str, writer: str) -> dict[str, Any]:
+    """A JSON document whose "format" is `fmt` (exit 2 naming the file otherwise)."""
     try:
         d = json.loads(path.read_text())
     except (OSError, ValueError) as e:
-        raise InputError(f"{path}: cannot read replay results: {e}") from e
-    if not isinstance(d, dict) or d.get("format") != FORMAT:
-        raise InputError(f"{path}: not a replay result (`slurm-hetero replay run -o DIR` writes one)")
+        raise InputError(f"{path}: cannot read {what}: {e}") from e
+    if not isinstance(d, dict) or d.get("format") != fmt:
+        raise InputError(f"{path}: not a {what.removesuffix('s')} (`{writer}` writes one)")
     return d
+
+
+def read_document(path: Path) -> dict[str, Any]:
+    """One window's replay.json as written (unparsed), checked to be one."""
+    return read_format(path, FORMAT, "replay results", "slurm-hetero replay run -o DIR")
 
 
 def read(path: Path) -> tuple[list[ArmResult], dict[str, Any] | None, Fidelity | None]:
