@@ -125,7 +125,13 @@ def test_busy_node_and_last_idle_node_stay_up(pc: Cluster) -> None:
     assert wait_until(lambda: sum(1 for n in CPUS if states(pc)[n].idle_awake) >= 1, 60, 1.0)
     awake = next(n for n in CPUS if states(pc)[n].idle_awake)
     jid = submit(pc.runner, ["-w", awake, "-o", "/dev/null"], "sleep 60")
-    assert wait_until(lambda: states(pc)[awake].busy, 30, 0.5)
+    # The keeper may have been putting `awake` to sleep as the job came: then the job wakes it
+    # (CONFIGURING while it boots). Running means the node is up and holds the job.
+    def running() -> bool:
+        st = pc.runner.out(["squeue", "-h", "-j", str(jid), "-o", "%T"]).strip()
+        return st == "RUNNING" and states(pc)[awake].busy and slurmd_runs(pc, awake)
+
+    assert wait_until(running, 60, 0.5), (states(pc)[awake], power_log(pc)[-600:])
     program = str(pc.etc / "hetero-power-suspend")
     env = pc.runner.env()
     # Slurm's SuspendProgram, as slurmctld would run it, for the busy node and for the only
