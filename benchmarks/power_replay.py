@@ -28,8 +28,9 @@ submitted before the warm-up, which a replay starting empty never sees: no queue
 
 Measured over the window's hours only (faked clock), from `scontrol -o show node` about
 once a real second: node-hours busy, idle awake (booting and refused-suspend nodes count
-as awake), asleep. Energy of idle nodes = idle awake node-hours x `--idle-watts` (the site
-catalog has no idle power figure for hosts: this is an assumption, printed); total at
+as awake), asleep. Energy of idle nodes = idle awake node-hours x the site's idle draw per
+node (`node_groups[].idle_watts`, written from `--idle-watts`: an SWF trace does not say what
+its nodes drew, so this is an assumption, printed); total at
 `--busy-watts` per busy node. Per arm: that energy, saved vs off, mean/p90 wait, AVEbsld,
 added wait vs off, the replay's real seconds, and the harness's fidelity figures
 (runtime error and release lag, faked seconds). Needs root and `make deps`.
@@ -69,6 +70,7 @@ from slurm_hetero.replay.trace import read_trace
 from slurm_hetero.replay.window import Capacity, Selection, Window, select
 from slurm_hetero.site import load_site
 from slurm_hetero.site.model import Site
+from slurm_hetero.site.power import idle_power
 from slurm_hetero.slurm.commands import nodes_oneliner_argv
 from slurm_hetero.slurm.runner import Runner
 
@@ -76,7 +78,7 @@ POOL = "cpu@x86_64"
 ARM_NAMES = ("off", "suspendtime", "forecast")
 
 
-def site_text(name: str, nodes: int, procs: int, power: str) -> str:
+def site_text(name: str, nodes: int, procs: int, idle_watts: float, power: str) -> str:
     cores = math.ceil(procs / nodes)
     return (f"name: {name}\ndescription: {name} as {nodes} x {cores} CPUs, for power_replay\n"
             "partitions:\n  - {name: batch, default: true, max_time: \"3-00:00:00\", "
@@ -85,6 +87,7 @@ def site_text(name: str, nodes: int, procs: int, power: str) -> str:
             "    architecture: x86_64\n    sockets: 1\n"
             f"    cores_per_socket: {cores}\n    threads_per_core: 1\n    memory: 64GB\n"
             "    memory_bandwidth: 10GB/s\n    supported_frameworks: [mpi]\n    partitions: [batch]\n"
+            f"    idle_watts: {idle_watts:g}\n"
             "node_agent:\n  restore_interval: 0\n" + power)
 
 
@@ -304,7 +307,9 @@ def forecaster_for(site: Site, trace: Path, w: Window, days: float,
     return make
 
 
-def figures(name: str, res: ArmResult, extra: dict[str, Any], a: argparse.Namespace) -> dict[str, Any]:
+def figures(name: str, res: ArmResult, extra: dict[str, Any], a: argparse.Namespace,
+            site: Site) -> dict[str, Any]:
+    idle_w = idle_power(site.node_groups[0]).watts  # the site's node_groups[].idle_watts
     f = res.figures[ALL]
     ns = extra.get("node_s", {})
     h = {k: v / 3600 for k, v in ns.items()}
@@ -313,8 +318,8 @@ def figures(name: str, res: ArmResult, extra: dict[str, Any], a: argparse.Namesp
             "wait_mean_s": f.wait_mean, "wait_p90_s": f.wait_p90, "ave_bsld": f.ave_bsld,
             "node_h_busy": h.get("busy", 0.0), "node_h_idle_awake": h.get("idle", 0.0),
             "node_h_asleep": h.get("asleep", 0.0),
-            "idle_kwh": h.get("idle", 0.0) * a.idle_watts / 1000,
-            "total_kwh": (h.get("idle", 0.0) * a.idle_watts + h.get("busy", 0.0) * a.busy_watts) / 1000,
+            "idle_w": idle_w, "idle_kwh": h.get("idle", 0.0) * idle_w / 1000,
+            "total_kwh": (h.get("idle", 0.0) * idle_w + h.get("busy", 0.0) * a.busy_watts) / 1000,
             "samples": extra.get("samples", 0), "history_lines": extra.get("history_lines", 0),
             "forecasts_published": extra.get("forecasts_published"),
             "forecast_errors": extra.get("forecast_errors"),
@@ -357,7 +362,10 @@ def main() -> int:
     w = Window(start, a.hours, a.warmup_hours)
     base = a.workdir or Path(tempfile.mkdtemp(prefix="power-replay-", dir="/var/tmp"))
     name = re.sub(r"[^a-z0-9]", "", a.trace.name.split("-")[0].lower()) or "trace"
-    off_site = write_site(base / "site-off", site_text(name, a.nodes, procs, ""))
+    def site_in(folder: str, power: str) -> Site:
+        return write_site(base / folder, site_text(name, a.nodes, procs, a.idle_watts, power))
+
+    off_site = site_in("site-off", "")
     sel: Selection = select(df, w, Capacity.of(off_site))
     if not sel.jobs:
         print(f"--start {start}: no job of the trace in this window", file=sys.stderr)
@@ -374,13 +382,10 @@ def main() -> int:
     setups = {
         "off": lambda: ArmSetup("off", off_site),
         "suspendtime": lambda: ArmSetup(
-            "suspendtime", write_site(base / "site-st", site_text(name, a.nodes, procs, power_section(
-                True, a.suspend_time, a.speed))),
-            daemon_site=write_site(base / "site-st-daemon", site_text(name, a.nodes, procs, power_section(
-                False, a.suspend_time, a.speed)))),
+            "suspendtime", site_in("site-st", power_section(True, a.suspend_time, a.speed)),
+            daemon_site=site_in("site-st-daemon", power_section(False, a.suspend_time, a.speed))),
         "forecast": lambda: ArmSetup(
-            "forecast", st := write_site(base / "site-fc", site_text(name, a.nodes, procs, power_section(
-                True, a.suspend_time, a.speed))),
+            "forecast", st := site_in("site-fc", power_section(True, a.suspend_time, a.speed)),
             forecast=forecaster_for(st, a.trace, w, a.history_days, say)),
     }
     results: list[dict[str, Any]] = []
@@ -397,7 +402,7 @@ def main() -> int:
         res = run_arm(factory_for(setup, shared, a.speed, a.hours, extra), base / arm / "cluster", setup.site,
                       sel, w, ARMS["bridge-nomodel"], a.speed, None, drain_hours=a.drain_hours,
                       say=progress, on_start=started)
-        results.append(figures(arm, res, extra, a))
+        results.append(figures(arm, res, extra, a, setup.site))
         r = results[-1]
         print(f"{arm:11s} wait mean {r['wait_mean_s'] or 0:6.0f} s p90 {r['wait_p90_s'] or 0:6.0f} s  "
               f"AVEbsld {r['ave_bsld'] or 0:6.2f}  node-h busy {r['node_h_busy']:5.2f} idle-awake "
@@ -415,8 +420,8 @@ def main() -> int:
                                       else r["wait_mean_s"] - ref["wait_mean_s"])
             r["bsld_change_pct"] = (100 * ((r["ave_bsld"] or 0) / ref["ave_bsld"] - 1)
                                     if ref["ave_bsld"] else None)
-    print(f"\nper arm, window hours only, {a.idle_watts:g} W per idle awake node (assumed: the catalog "
-          f"has no host idle power), {a.busy_watts:g} W per busy node:")
+    print(f"\nper arm, window hours only, {a.idle_watts:g} W per idle awake node (the site's idle_watts, "
+          f"from --idle-watts: SWF traces do not say), {a.busy_watts:g} W per busy node (assumed):")
     for r in results:
         def pct(v: float | None) -> str:
             return "   n/a" if v is None else f"{v:+6.1f}%"

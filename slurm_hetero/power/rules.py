@@ -16,17 +16,10 @@ from dataclasses import dataclass, field
 from ClusterShell.NodeSet import NodeSet
 
 from slurm_hetero.power.states import NodeState, Reservation
-from slurm_hetero.site.model import NodeGroup, Site
+from slurm_hetero.site.model import Site
+from slurm_hetero.site.pools import group_pool
 
 Forecast = Mapping[str, Mapping[int, float]]
-
-
-def group_pool(g: NodeGroup) -> tuple[str, float]:
-    """(pool, capacity of one node in the pool's units) of a node group."""
-    if g.accelerators:
-        a = g.accelerators[0]
-        return f"{a.model.id}@{g.architecture}", a.model.units * a.count
-    return f"cpu@{g.architecture}", float(g.cpus)
 
 
 def node_pools(site: Site) -> dict[str, tuple[str, float]]:

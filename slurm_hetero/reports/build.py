@@ -24,6 +24,7 @@ from slurm_hetero.reports.pending import parse_squeue_pending, pending_text
 from slurm_hetero.reports.period import Period
 from slurm_hetero.reports.power import power_section
 from slurm_hetero.site.model import Site
+from slurm_hetero.site.power import pool_idle_power
 from slurm_hetero.slurm import hostlist
 from slurm_hetero.slurm.parse import parse_duration_s, parse_tres
 from slurm_hetero.slurm.runner import Runner
@@ -154,7 +155,7 @@ def sacct_report(site: Site | None, runner: Runner, period: Period, partition: s
     label = f"sacct of {cluster} ({days.fetched} day(s) fetched, {days.hits} from cache)"
     rep = build_report(jobs, cap, period, label, pending, notes, partition, now, lost, limits)
     if power and not rep.empty:
-        rep.sections.append(power_section(power_history, jobs))
+        rep.sections.append(power_section(power_history, jobs, pool_idle_power(site) if site else None))
     return rep
 
 

@@ -8,8 +8,10 @@ Per pool:
   minute from the report's jobs (accelerator pools in normalized units, CPU pools in
   cores);
 - nodes asleep over time;
-- energy saved: asleep node-hours x the idle power of one node. Each record's counts hold
-  until the next record, at most `max_gap_s` (the daemon was down beyond that: not counted).
+- energy saved: asleep node-hours x the idle draw of one of the pool's nodes (the site's
+  measured `idle_watts`, else the estimate of site/power.py, said as such; IDLE_WATTS when
+  the report has no site). Each record's counts hold until the next record, at most
+  `max_gap_s` (the daemon was down beyond that: not counted).
 
 Without a history file (power saving off, or never run) the section says so and nothing else.
 """
@@ -17,7 +19,7 @@ Without a history file (power saving off, or never run) the section says so and 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -30,11 +32,12 @@ from slurm_hetero.jobs import table
 from slurm_hetero.power.history import HISTORY_FILE, read_history
 from slurm_hetero.reports.model import Plot, Section, Table
 from slurm_hetero.site.model import Site
+from slurm_hetero.site.power import ESTIMATE_RULE, IdlePower
 
 KEY, TITLE = "power", "Power saving"
 HORIZON = 15  # minutes: the keeper's default horizon (power.horizon)
 MAX_GAP_S = 300.0
-# The site catalog has no idle power for hosts: an assumed draw of one idle, awake node.
+# Without a site (a trace's report): the assumed draw of one idle, awake node.
 IDLE_WATTS = 150.0
 
 
@@ -130,8 +133,11 @@ def pool_frames(records: Sequence[dict[str, Any]], jobs: pd.DataFrame, horizon: 
     return out
 
 
-def power_section(history: Path | None, jobs: pd.DataFrame, idle_watts: float = IDLE_WATTS,
-                  horizon: int = HORIZON, max_gap_s: float = MAX_GAP_S) -> Section:
+def power_section(history: Path | None, jobs: pd.DataFrame, idle: Mapping[str, IdlePower] | None = None,
+                  horizon: int = HORIZON, max_gap_s: float = MAX_GAP_S,
+                  default_watts: float = IDLE_WATTS) -> Section:
+    """`idle`: pool → idle draw per node (power.rules.pool_idle_power of the site); pools it
+    lacks are counted at `default_watts`, as an assumption."""
     sec = Section(KEY, TITLE)
     records = read_history(history) if history is not None else []
     if not records:
@@ -142,13 +148,18 @@ def power_section(history: Path | None, jobs: pd.DataFrame, idle_watts: float = 
     frames = pool_frames(records, jobs, horizon, max_gap_s)
     summary: list[dict[str, Any]] = []
     asleep_plot: dict[str, pd.Series] = {}
+    assumed: list[str] = []
     for pool, f in frames.items():
         node_h = float((f["asleep"] * f["held_s"]).sum()) / 3600
+        draw = (idle or {}).get(pool) or IdlePower(default_watts, True)
+        if draw.estimated:
+            assumed.append(pool)
         ok = f["forecast"].notna()
         err = (f["forecast"] - f["actual"])[ok]
         summary.append({
             "pool": pool, "records": len(f), "asleep node-hours": round(node_h, 2),
-            "energy saved kWh": round(node_h * idle_watts / 1000, 2),
+            "idle W per node": draw.watts, "measured": not draw.estimated,
+            "energy saved kWh": round(node_h * draw.watts / 1000, 2),
             "mean nodes asleep": round(float((f["asleep"] * f["held_s"]).sum() / f["held_s"].sum()), 2)
             if f["held_s"].sum() > 0 else 0.0,
             f"forecast MAE {horizon} min": round(float(err.abs().mean()), 2) if len(err) else math.nan,
@@ -165,9 +176,15 @@ def power_section(history: Path | None, jobs: pd.DataFrame, idle_watts: float = 
     sec.plots.append(Plot("power_asleep", "Nodes asleep", "lines",
                           pd.DataFrame(asleep_plot).sort_index().ffill(), "nodes", time_x=True))
     total = sum(s["energy saved kWh"] for s in summary)
-    sec.notes.append(f"energy saved {total:.2f} kWh = asleep node-hours x {idle_watts:g} W per idle node "
-                     "(assumed: the site catalog gives no host idle power); a record's counts hold until "
-                     f"the next one, at most {max_gap_s:g} s")
+    if not assumed:
+        how = "each pool's idle draw per node as the site measured it (node_groups[].idle_watts)"
+    elif idle is None:
+        how = f"{default_watts:g} W per idle node (assumed: no site given)"
+    else:
+        how = (f"each pool's idle draw per node, estimated for {', '.join(assumed)} (no idle_watts in the "
+               f"site file: {ESTIMATE_RULE})")
+    sec.notes.append(f"energy saved {total:.2f} kWh = asleep node-hours x {how}; a record's counts hold "
+                     f"until the next one, at most {max_gap_s:g} s")
     return sec
 
 

@@ -46,6 +46,7 @@ class AccelModel:
     supported_frameworks: tuple[str, ...]
     source: str
     units: float = 0.0  # normalized units, filled by normalize()
+    idle_watts: float | None = None  # measured idle draw per device, where the site gives it
 
     @property
     def gres_name(self) -> str:
@@ -92,6 +93,7 @@ def model_from_fields(model_id: str, f: dict[str, Any]) -> AccelModel:
         compute_units=int(f["compute_units"]),
         supported_frameworks=tuple(f.get("supported_frameworks") or ()),
         source=str(f.get("source", "site file")),
+        idle_watts=float(f["idle_watts"]) if f.get("idle_watts") is not None else None,
     )
 
 

@@ -296,6 +296,11 @@ class _Builder:
                 self.err((*base, "architectures"), f"unknown architecture {bad[0]!r}",
                          ARCH_ALLOWED)
             models[mid] = _with_arches(models[mid])
+            idle = models[mid].idle_watts
+            if idle is not None and idle > models[mid].tdp_watts:
+                self.err((*base, "idle_watts") if mid in site_cat else base,
+                         f"idle_watts {idle:g} is above the model's tdp_watts {models[mid].tdp_watts:g}",
+                         "a device's idle draw, in watts, is at most its TDP")
             if models[mid].tensor_tflops <= 0:
                 self.err(base, f"model {mid!r} has no fp16, bf16 or fp32 throughput",
                          "normalization needs at least one of fp16_tflops, bf16_tflops, fp32_tflops")
@@ -437,6 +442,7 @@ class _Builder:
                 partitions=tuple(g["partitions"]), accelerators=tuple(accels),
                 extra_features=tuple(g.get("features", [])),
                 options=options_of(g.get("options")),
+                idle_watts=float(g["idle_watts"]) if "idle_watts" in g else None,
             ))
         used = {p for g in self.data["node_groups"] for p in g["partitions"]}
         for i, p in enumerate(self.data["partitions"]):

@@ -42,6 +42,8 @@ class NodeGroup:
     fabric: str | None = None
     # more NodeName words of an existing site, as written (TmpDisk, State, ...).
     options: tuple[tuple[str, str], ...] = ()
+    # the node's measured draw when up and idle (W); None: estimated (site.power.idle_power)
+    idle_watts: float | None = None
 
     @property
     def cpus(self) -> int:

@@ -34,3 +34,11 @@ def pools(site: Site) -> list[Pool]:
         for (mid, arch), ms in members.items()
     ]
     return sorted(out, key=lambda p: (site.catalog[p.model].units, p.model, p.arch))
+
+
+def group_pool(g: NodeGroup) -> tuple[str, float]:
+    """(pool, capacity of one node in the pool's units) of a node group."""
+    if g.accelerators:
+        a = g.accelerators[0]
+        return f"{a.model.id}@{g.architecture}", a.model.units * a.count
+    return f"cpu@{g.architecture}", float(g.cpus)

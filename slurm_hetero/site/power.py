@@ -8,13 +8,15 @@ files are absolute paths without `..`, and the timeouts leave a booting node tim
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from ClusterShell.NodeSet import NodeSet, NodeSetParseError
 
 from slurm_hetero.site.limits import shown
-from slurm_hetero.site.model import NodeGroup, Partition, PowerSettings
+from slurm_hetero.site.model import NodeGroup, Partition, PowerSettings, Site
 from slurm_hetero.site.names import near
+from slurm_hetero.site.pools import group_pool
 
 Err = Callable[[tuple[str | int, ...], str, str], None]
 METHODS = ("ipmi", "redfish", "command", "devcluster")
@@ -106,3 +108,42 @@ def _parses(hostlist: str) -> bool:
     except NodeSetParseError:
         return False
     return True
+
+
+# When the site gives no measured idle draw: a rule of thumb, always reported as estimated.
+# An idle dual-socket server draws about 150 W at the wall; idle accelerators about 15% of
+# their TDP (not a datasheet figure: vendors publish TDP only).
+HOST_IDLE_BASE_W = 50.0
+HOST_IDLE_PER_SOCKET_W = 50.0
+DEVICE_IDLE_SHARE = 0.15
+ESTIMATE_RULE = (f"host {HOST_IDLE_BASE_W:g} W + {HOST_IDLE_PER_SOCKET_W:g} W per socket, devices at their "
+                 f"catalog idle_watts or {DEVICE_IDLE_SHARE:.0%} of TDP")
+
+
+@dataclass(frozen=True)
+class IdlePower:
+    """One node's draw when up and idle, and whether the site measured it or it is estimated."""
+
+    watts: float
+    estimated: bool
+
+
+def idle_power(g: NodeGroup) -> IdlePower:
+    """A node group's idle draw per node: the group's `idle_watts` (whole node, as its BMC
+    reads it) where given; else the host rule of thumb plus each device's catalog
+    `idle_watts`, or DEVICE_IDLE_SHARE of its TDP where the catalog has none."""
+    if g.idle_watts is not None:
+        return IdlePower(g.idle_watts, False)
+    host = HOST_IDLE_BASE_W + HOST_IDLE_PER_SOCKET_W * g.sockets
+    watts = host + sum(a.count * (a.model.idle_watts if a.model.idle_watts is not None
+                                  else DEVICE_IDLE_SHARE * a.model.tdp_watts) for a in g.accelerators)
+    return IdlePower(round(watts, 1), True)
+
+
+def pool_idle_power(site: Site) -> dict[str, IdlePower]:
+    """pool → the mean idle draw of its nodes (estimated if any node's is)."""
+    members: dict[str, list[IdlePower]] = {}
+    for g in site.node_groups:
+        members.setdefault(group_pool(g)[0], []).extend([idle_power(g)] * g.node_count)
+    return {pool: IdlePower(round(sum(i.watts for i in ps) / len(ps), 1), any(i.estimated for i in ps))
+            for pool, ps in members.items()}

@@ -8,6 +8,7 @@ from rich.console import Console
 from rich.table import Table
 
 from slurm_hetero.site.model import Site
+from slurm_hetero.site.power import pool_idle_power
 
 
 def capacity(site: Site) -> dict[str, dict[str, float]]:
@@ -49,3 +50,11 @@ def print_summary(site: Site, console: Console) -> None:
     t.add_row("total", "", "", "", "", "", "", "", str(int(sum(r["devices"] for r in cap.values()))),
               f"{sum(r['units'] for r in cap.values()):.2f}", style="bold")
     console.print(t)
+    if site.power.enabled:
+        draws = pool_idle_power(site)
+        hint = "; set node_groups[].idle_watts to what the BMCs read" if any(
+            d.estimated for d in draws.values()) else ""
+        shown = ", ".join(f"{pool} {d.watts:g} W{' (estimated)' if d.estimated else ''}"
+                          for pool, d in draws.items())
+        console.print(f"power saving: idle draw per node, by pool: {shown}{hint}", markup=False,
+                      highlight=False)

@@ -23,6 +23,7 @@ from slurm_hetero.reports.power import (
     power_section,
 )
 from slurm_hetero.site import load_site
+from slurm_hetero.site.power import IdlePower
 from tests.unit.test_report_browser import needs_chromium, open_in_chromium
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -74,13 +75,15 @@ def history(tmp_path: Path) -> Path:
 
 
 def test_section_figures(history: Path) -> None:
-    sec = power_section(history, jobs(), idle_watts=1000.0, horizon=5)
+    sec = power_section(history, jobs(), {CPU: IdlePower(1000.0, False)}, horizon=5)
     (t,) = sec.tables
     row = t.frame.iloc[0].to_dict()
     # asleep node-seconds: 3*60 + 3*60 + 1*60 (the last record holds 0 s) = 420 s
     assert row["pool"] == CPU and row["records"] == 4
     assert row["asleep node-hours"] == round(420 / 3600, 2)
     assert row["energy saved kWh"] == round(420 / 3600 * 1000 / 1000, 2)
+    assert (row["idle W per node"], row["measured"]) == (1000.0, True)
+    assert "as the site measured it (node_groups[].idle_watts)" in sec.notes[-1]
     assert row["mean nodes asleep"] == round(420 / 180, 2)
     # actual 5-min peaks at T, T+60, T+120: 14, 14, 14 (c arrives at T+240 <= t+300);
     # forecasts 12, 16, 10 -> errors -2, +2, -4: MAE 8/3, two of three under
@@ -92,6 +95,16 @@ def test_section_figures(history: Path) -> None:
     assert [p.slug for p in sec.plots] == ["power_demand_cpu_x86_64", "power_asleep"]
     f = pool_frames([{"t": T, "pool": CPU, "asleep": 1}], jobs())[CPU]
     assert math.isnan(f["forecast"].iloc[0])  # no forecast given: not plotted as zero
+
+
+def test_energy_saved_says_what_was_estimated(history: Path) -> None:
+    estimated = power_section(history, jobs(), {CPU: IdlePower(250.0, True)}, horizon=5)
+    assert estimated.tables[0].frame.iloc[0]["energy saved kWh"] == round(420 / 3600 * 250 / 1000, 2)
+    assert f"estimated for {CPU} (no idle_watts in the site file: host 50 W + 50 W per socket" in \
+        estimated.notes[-1]
+    no_site = power_section(history, jobs(), None, horizon=5)
+    assert no_site.tables[0].frame.iloc[0]["idle W per node"] == 150.0
+    assert "150 W per idle node (assumed: no site given)" in no_site.notes[-1]
 
 
 def test_no_history_says_so(tmp_path: Path) -> None:

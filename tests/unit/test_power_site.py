@@ -137,3 +137,52 @@ def test_cli_refuses_a_site_without_power(tmp_path: Path) -> None:
     site.write_text(BASE)
     r = CliRunner().invoke(main, ["power", "suspend", "--site", str(site), "c1"])
     assert r.exit_code == 2 and "power.enabled is not true" in r.output, r.output
+
+
+GPU_GROUP = """\
+  - names: g[1-2]
+    architecture: x86_64
+    sockets: 2
+    cores_per_socket: 4
+    memory: 8GB
+    partitions: [cpu]
+    accelerators: [{model: a100-80gb, count: 4}]
+"""
+
+
+def test_idle_power_measured_or_estimated() -> None:
+    from slurm_hetero.site.power import IdlePower, idle_power, pool_idle_power
+
+    measured = BASE.replace("    partitions: [cpu]\n", "    partitions: [cpu]\n    idle_watts: 95\n", 1)
+    site = load_site_text(measured + GPU_GROUP)
+    cpu, login, gpu = site.node_groups
+    assert idle_power(cpu) == IdlePower(95.0, estimated=False)
+    assert idle_power(login) == IdlePower(100.0, estimated=True)  # 50 W + 50 W x 1 socket
+    # 50 + 2 x 50 W host, four A100s at 15% of their 400 W TDP (the catalog has no idle figure)
+    assert idle_power(gpu) == IdlePower(150.0 + 4 * 60.0, estimated=True)
+    # the CPU pool mixes three measured nodes and one estimated: the mean, said estimated
+    assert pool_idle_power(site) == {"cpu@x86_64": IdlePower(round((3 * 95 + 100) / 4, 1), True),
+                                     "a100-80gb@x86_64": IdlePower(390.0, True)}
+    # the catalog's own idle figure, where the site gives one, replaces the share of TDP
+    own = load_site_text(BASE + GPU_GROUP + "catalog:\n  a100-80gb: {idle_watts: 50}\n")
+    assert idle_power(own.node_groups[2]) == IdlePower(150.0 + 4 * 50.0, estimated=True)
+
+
+def test_idle_power_errors() -> None:
+    over = errors_of(BASE + GPU_GROUP + "catalog:\n  a100-80gb: {idle_watts: 450}\n")
+    assert len(over) == 1 and "catalog.a100-80gb.idle_watts: idle_watts 450 is above the model's " \
+        "tdp_watts 400" in over[0] and "at most its TDP" in over[0]
+    neg = errors_of(BASE.replace("    partitions: [cpu]\n", "    partitions: [cpu]\n    idle_watts: 0\n", 1))
+    assert neg == ["site.yaml:12:17: node_groups[0].idle_watts: 0 is less than or equal to the minimum of 0"]
+
+
+def test_site_validate_shows_the_idle_draw(tmp_path: Path) -> None:
+    site = tmp_path / "site.yaml"
+    site.write_text(BASE + GPU_GROUP + IPMI)
+    r = CliRunner().invoke(main, ["site", "validate", str(site)])
+    assert r.exit_code == 0, r.output
+    assert ("power saving: idle draw per node, by pool: cpu@x86_64 100 W (estimated), a100-80gb@x86_64 "
+            "390 W (estimated); set node_groups[].idle_watts to what the BMCs read") in " ".join(r.output.split())
+    site.write_text(BASE)  # power saving off: nothing to say about idle draw
+    off = CliRunner().invoke(main, ["site", "validate", str(site)])
+    assert off.exit_code == 0 and "idle draw" not in off.output
