@@ -26,7 +26,10 @@ Where the time goes, each part on its own:
   - the client: `sbatch --help` with and without the plugin in plugstack.conf (loads
     plugstack.conf and the plugin and registers its options, then exits: no controller),
     and per arm the serial wall time minus slurmctld's RPC time;
-  - the Lua decision alone: benchmarks/bridge_lua_cost.py.
+  - the Lua decision alone: benchmarks/bridge_lua_cost.py;
+  - with --perf N: slurmctld's CPU per submission, sampled by `perf record` (cpu-clock,
+    1 kHz) over N more serial submissions per arm, split by shared object and by the
+    heaviest symbols: where the bridge arm's extra time inside slurmctld goes.
 Prints figures only (target: bridge/plain >= 0.95). Run as root.
 """
 
@@ -143,6 +146,75 @@ def run_batch(c: Cluster, swap: Swapper, arm: Arm, n: int, submitters: int) -> N
         arm.rpc_us.setdefault(submitters, []).append(us)
 
 
+PERF_HZ = 1000
+
+
+@dataclass
+class Profile:
+    jobs: int
+    samples: int  # slurmctld's, all threads
+    by_dso: dict[str, int]
+    by_symbol: list[tuple[int, str, str]]  # (samples, dso, symbol), heaviest first
+
+    def ms_per_job(self, samples: int | None = None) -> float:
+        return (self.samples if samples is None else samples) / PERF_HZ / self.jobs * 1e3
+
+
+def perf_profile(c: Cluster, swap: Swapper, arm: Arm, n: int, work: Path) -> Profile:
+    """slurmctld sampled by perf while one submitter sends `n` of the arm's submissions."""
+    env = {"SLURM_CONF": str(arm.conf), "PATH": "/usr/bin:/bin"}
+    swap.put(arm.lua)
+    subprocess.run([*PARSABLE, *arm.options, "--wrap", "true"], env=env, check=True,
+                   stdout=subprocess.DEVNULL)  # pays the re-read of a swapped script
+    pid = c.pid(c.daemon("slurmctld"))
+    if pid is None:
+        raise SystemExit("slurmctld is not running")
+    data = work / f"perf-{arm.name}.data"
+    rec = subprocess.Popen(["perf", "record", "-q", "-e", "cpu-clock", "-F", str(PERF_HZ), "-p", str(pid),
+                            "-o", str(data)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    time.sleep(0.5)  # perf attaches to every thread before the first submission
+    if submit_loop(env, arm.options, n).wait() != 0:
+        raise SystemExit(f"arm {arm.name}: a submission failed")
+    rec.send_signal(2)
+    rec.wait(timeout=60)
+    out = subprocess.run(["perf", "report", "-i", str(data), "--stdio", "--no-children", "-F",
+                          "sample,dso,sym", "--sort", "dso,sym", "-g", "none"],
+                         capture_output=True, text=True, check=True).stdout
+    by_dso: dict[str, int] = {}
+    rows: list[tuple[int, str, str]] = []
+    for line in out.splitlines():
+        m = re.match(r"\s*(\d+)\s+(\S+)\s+\[[.k]\]\s+(.*)$", line)
+        if m:
+            k, dso, sym = int(m.group(1)), m.group(2), m.group(3).strip()
+            by_dso[dso] = by_dso.get(dso, 0) + k
+            rows.append((k, dso, sym))
+    rows.sort(reverse=True)
+    return Profile(n, sum(by_dso.values()), by_dso, rows)
+
+
+def print_profiles(profiles: dict[str, Profile], top: int = 12) -> None:
+    print(f"  slurmctld CPU per serial submission (perf, cpu-clock {PERF_HZ} Hz):")
+    for name, p in profiles.items():
+        print(f"    {name:6s} {p.ms_per_job():.3f} ms ({p.samples} samples, {p.jobs} jobs)")
+    base = profiles.get("plain")
+    if base is None:
+        return
+    dsos = sorted({d for p in profiles.values() for d in p.by_dso},
+                  key=lambda d: -max(p.by_dso.get(d, 0) / p.jobs for p in profiles.values()))
+    print("    per shared object, ms per job: " + "  ".join(f"{n:>8s}" for n in profiles))
+    for d in dsos[:10]:
+        print(f"      {d[:32]:32s} " + "  ".join(f"{p.ms_per_job(p.by_dso.get(d, 0)):8.3f}"
+                                                 for p in profiles.values()))
+    for name, p in profiles.items():
+        if name == "plain":
+            continue
+        print(f"    heaviest symbols of {name} (ms per job; plain's beside):")
+        plain_sym = {(d, s): k for k, d, s in base.by_symbol}
+        for k, d, sym in p.by_symbol[:top]:
+            print(f"      {p.ms_per_job(k):.3f} ({base.ms_per_job(plain_sym.get((d, sym), 0)):.3f})  "
+                  f"{d[:24]} {sym[:70]}")
+
+
 def client_cost(confs: dict[str, Path], n: int) -> dict[str, float]:
     """Mean ms of `sbatch --help` per client conf, interleaved in rounds of 10."""
     total = dict.fromkeys(confs, 0.0)
@@ -200,6 +272,8 @@ def main() -> None:
     ap.add_argument("--users", type=int, default=40, help="users in the model's history table")
     ap.add_argument("--baseline-bridge", type=Path, help="an older bridge.lua: a fourth arm, 'before'")
     ap.add_argument("--baseline-plugin", type=Path, help="an older hetero.so for the 'before' arm")
+    ap.add_argument("--perf", type=int, default=0, metavar="N",
+                    help="profile slurmctld with perf over N more submissions per arm (0: no)")
     args = ap.parse_args()
     site = load_site(DEMO)
     counts = [1] + ([args.concurrent] if args.concurrent > 1 else [])
@@ -242,6 +316,9 @@ def main() -> None:
                         run_batch(c, swap, arm, args.batch, subs)
                     # Held jobs would pile up; cancelled ones stay MinJobAge in every arm alike.
                     c.runner.run(["scancel", "--state=PENDING"], check=False)
+            profiles = {arm.name: perf_profile(c, swap, arm, args.perf, Path(d)) for arm in arms} \
+                if args.perf > 0 else {}
+            c.runner.run(["scancel", "--state=PENDING"], check=False)
             admin = decided.get("AdminComment", "")
             load = os.getloadavg()
             # The bridge logs only on internal errors and snapshot changes: per-job lines would
@@ -278,6 +355,8 @@ def main() -> None:
             pairs += [("before", "plain", ""), ("bridge", "before", "")]
         for x, y, note in pairs:
             print(f"    throughput {x}/{y}: {ratio(by[y], by[x], subs)}{note}")
+    if profiles:
+        print_profiles(profiles)
 
 
 def ratio(slow: Arm, fast: Arm, subs: int) -> str:
