@@ -27,9 +27,9 @@ Where the time goes, each part on its own:
     plugstack.conf and the plugin and registers its options, then exits: no controller),
     and per arm the serial wall time minus slurmctld's RPC time;
   - the Lua decision alone: benchmarks/bridge_lua_cost.py;
-  - with --perf N: slurmctld's CPU per submission, sampled by `perf record` (cpu-clock,
-    1 kHz) over N more serial submissions per arm, split by shared object and by the
-    heaviest symbols: where the bridge arm's extra time inside slurmctld goes.
+  - with --perf N: CPU per submission, sampled by `perf record -a` (cpu-clock, 1 kHz) over N
+    more serial submissions per arm: per process (slurmctld, slurmdbd, MariaDB, munged, the
+    clients, the rest of the machine), and slurmctld's by shared object and heaviest symbols.
 Prints figures only (target: bridge/plain >= 0.95). Run as root.
 """
 
@@ -152,63 +152,90 @@ PERF_HZ = 1000
 @dataclass
 class Profile:
     jobs: int
-    samples: int  # slurmctld's, all threads
-    by_dso: dict[str, int]
-    by_symbol: list[tuple[int, str, str]]  # (samples, dso, symbol), heaviest first
+    by_process: dict[str, int]  # samples: this cluster's daemons by name, clients, the rest
+    by_dso: dict[str, int]  # slurmctld's samples by shared object
+    by_symbol: list[tuple[int, str, str]]  # slurmctld's (samples, dso, symbol), heaviest first
+    client_dso: dict[str, int]  # sbatch's samples by shared object
 
-    def ms_per_job(self, samples: int | None = None) -> float:
-        return (self.samples if samples is None else samples) / PERF_HZ / self.jobs * 1e3
+    def ms_per_job(self, samples: int) -> float:
+        return samples / PERF_HZ / self.jobs * 1e3
+
+
+CLIENTS = frozenset({"sbatch", "sh"})  # the submit loop
 
 
 def perf_profile(c: Cluster, swap: Swapper, arm: Arm, n: int, work: Path) -> Profile:
-    """slurmctld sampled by perf while one submitter sends `n` of the arm's submissions."""
+    """The whole machine sampled by perf while one submitter sends `n` of the arm's
+    submissions: CPU per job of each of this cluster's daemons and of the clients, and
+    slurmctld's split by shared object and symbol."""
     env = {"SLURM_CONF": str(arm.conf), "PATH": "/usr/bin:/bin"}
     swap.put(arm.lua)
     subprocess.run([*PARSABLE, *arm.options, "--wrap", "true"], env=env, check=True,
                    stdout=subprocess.DEVNULL)  # pays the re-read of a swapped script
-    pid = c.pid(c.daemon("slurmctld"))
-    if pid is None:
+    names = {pid: d.name.split()[0] for d in c.daemons() if (pid := c.pid(d)) is not None}
+    ctld = next((pid for pid, name in names.items() if name == "slurmctld"), None)
+    if ctld is None:
         raise SystemExit("slurmctld is not running")
     data = work / f"perf-{arm.name}.data"
-    rec = subprocess.Popen(["perf", "record", "-q", "-e", "cpu-clock", "-F", str(PERF_HZ), "-p", str(pid),
+    rec = subprocess.Popen(["perf", "record", "-q", "-a", "-e", "cpu-clock", "-F", str(PERF_HZ),
                             "-o", str(data)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    time.sleep(0.5)  # perf attaches to every thread before the first submission
+    time.sleep(0.5)  # perf is sampling before the first submission
     if submit_loop(env, arm.options, n).wait() != 0:
         raise SystemExit(f"arm {arm.name}: a submission failed")
     rec.send_signal(2)
     rec.wait(timeout=60)
-    out = subprocess.run(["perf", "report", "-i", str(data), "--stdio", "--no-children", "-F",
-                          "sample,dso,sym", "--sort", "dso,sym", "-g", "none"],
-                         capture_output=True, text=True, check=True).stdout
-    by_dso: dict[str, int] = {}
-    rows: list[tuple[int, str, str]] = []
-    for line in out.splitlines():
-        m = re.match(r"\s*(\d+)\s+(\S+)\s+\[[.k]\]\s+(.*)$", line)
-        if m:
-            k, dso, sym = int(m.group(1)), m.group(2), m.group(3).strip()
-            by_dso[dso] = by_dso.get(dso, 0) + k
-            rows.append((k, dso, sym))
-    rows.sort(reverse=True)
-    return Profile(n, sum(by_dso.values()), by_dso, rows)
+    by_process: dict[str, int] = {}
+    script = subprocess.run(["perf", "script", "-i", str(data), "-F", "comm,pid"], capture_output=True,
+                            text=True, check=True).stdout
+    for line in script.splitlines():
+        parts = line.rsplit(None, 1)
+        if len(parts) != 2 or not parts[1].isdigit():
+            continue
+        comm, pid = parts[0].strip(), int(parts[1])
+        who = names.get(pid) or ("clients" if comm in CLIENTS else "idle" if pid == 0 else "elsewhere")
+        by_process[who] = by_process.get(who, 0) + 1
+    def report(select: list[str]) -> tuple[dict[str, int], list[tuple[int, str, str]]]:
+        out = subprocess.run(["perf", "report", "-i", str(data), *select, "--stdio", "--no-children",
+                              "-F", "sample,dso,sym", "--sort", "dso,sym", "-g", "none"],
+                             capture_output=True, text=True, check=True).stdout
+        by_dso: dict[str, int] = {}
+        rows: list[tuple[int, str, str]] = []
+        for line in out.splitlines():
+            m = re.match(r"\s*(\d+)\s+(\S+)\s+\[[.k]\]\s+(.*)$", line)
+            if m:
+                k, dso, sym = int(m.group(1)), m.group(2), m.group(3).strip()
+                by_dso[dso] = by_dso.get(dso, 0) + k
+                rows.append((k, dso, sym))
+        return by_dso, sorted(rows, reverse=True)
+
+    by_dso, rows = report(["--pid", str(ctld)])
+    client_dso, _ = report(["--comm", "sbatch"])
+    data.unlink(missing_ok=True)
+    return Profile(n, by_process, by_dso, rows, client_dso)
 
 
 def print_profiles(profiles: dict[str, Profile], top: int = 12) -> None:
-    print(f"  slurmctld CPU per serial submission (perf, cpu-clock {PERF_HZ} Hz):")
-    for name, p in profiles.items():
-        print(f"    {name:6s} {p.ms_per_job():.3f} ms ({p.samples} samples, {p.jobs} jobs)")
+    arms = list(profiles.values())
+
+    def table(title: str, counts: list[dict[str, int]], rows: int) -> None:
+        pairs = list(zip(arms, counts, strict=True))
+        keys = sorted({k for cnt in counts for k in cnt},
+                      key=lambda k: -max(p.ms_per_job(cnt.get(k, 0)) for p, cnt in pairs))
+        print(f"    {title}, ms per job: " + "  ".join(f"{n:>8s}" for n in profiles))
+        for k in keys[:rows]:
+            cells = "  ".join(f"{p.ms_per_job(cnt.get(k, 0)):8.3f}" for p, cnt in pairs)
+            print(f"      {k[:32]:32s} {cells}")
+
+    print(f"  CPU per serial submission (perf record -a, cpu-clock {PERF_HZ} Hz; 'elsewhere' is other "
+          "work on this machine, 'idle' the idle CPUs):")
+    table("by process", [p.by_process for p in arms], 12)
+    table("slurmctld by shared object", [p.by_dso for p in arms], 8)
+    table("sbatch by shared object", [p.client_dso for p in arms], 8)
     base = profiles.get("plain")
-    if base is None:
-        return
-    dsos = sorted({d for p in profiles.values() for d in p.by_dso},
-                  key=lambda d: -max(p.by_dso.get(d, 0) / p.jobs for p in profiles.values()))
-    print("    per shared object, ms per job: " + "  ".join(f"{n:>8s}" for n in profiles))
-    for d in dsos[:10]:
-        print(f"      {d[:32]:32s} " + "  ".join(f"{p.ms_per_job(p.by_dso.get(d, 0)):8.3f}"
-                                                 for p in profiles.values()))
     for name, p in profiles.items():
-        if name == "plain":
+        if name == "plain" or base is None:
             continue
-        print(f"    heaviest symbols of {name} (ms per job; plain's beside):")
+        print(f"    slurmctld's heaviest symbols in {name} (ms per job; plain's beside):")
         plain_sym = {(d, s): k for k, d, s in base.by_symbol}
         for k, d, sym in p.by_symbol[:top]:
             print(f"      {p.ms_per_job(k):.3f} ({base.ms_per_job(plain_sym.get((d, sym), 0)):.3f})  "
