@@ -3,14 +3,18 @@ plain AVEbsld per window (with a 95% t-interval over windows), mean waits, utili
 jobs killed before their user's limit, and the replay's own cost in real seconds per
 trace hour.
 
-    .venv/bin/python benchmarks/replay_kth.py [--windows 3] [--hours 1] [--warmup-hours 1]
-        [--drain-hours 0.5] [--speed 20] [--users root|local] [--trace PATH] [--workdir DIR]
+    .venv/bin/python benchmarks/replay_kth.py [--windows 3] [--pick spread|busiest] [--hours 1]
+        [--warmup-hours 1] [--drain-hours 0.5] [--speed 20] [--users root|local] [--trace PATH]
+        [--workdir DIR]
 
 Each arm of each window boots its own dev cluster (x--speed clock). The bridge arm gets a
 runtime model trained on the trace's jobs that ended before the window's warm-up. With
 `--users local` every trace user becomes a local system user (created when missing) so
 the model's per-user history applies; `root` (the default) changes nothing on the machine
-but then the bridge knows no user's history. Windows are spread evenly over the trace.
+but then the bridge knows no user's history. Windows are spread evenly over the trace
+(`--pick spread`, the default), or are the --windows non-overlapping windows with the highest
+demand ÷ capacity (`--pick busiest`, `replay windows`): where a queue forms and a scheduler
+can make a difference. Either way the first tenth of the trace is left as the model's history.
 Needs root and the dev cluster's packages (`make deps`). Target: ratio <= 0.7.
 """
 
@@ -30,7 +34,7 @@ from slurm_hetero.jobs.trace import KTH_SP2
 from slurm_hetero.replay.metrics import ALL
 from slurm_hetero.replay.run import ARMS, ArmResult, run_arm, train_model
 from slurm_hetero.replay.trace import read_trace
-from slurm_hetero.replay.window import Capacity, Window, select
+from slurm_hetero.replay.window import Capacity, Window, busiest, select
 from slurm_hetero.site import load_site
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -50,6 +54,7 @@ def interval(values: list[float]) -> str:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--windows", type=int, default=1)
+    p.add_argument("--pick", choices=("spread", "busiest"), default="spread")
     p.add_argument("--hours", type=float, default=1.0)
     p.add_argument("--warmup-hours", type=float, default=1.0)
     p.add_argument("--drain-hours", type=float, default=0.5)
@@ -64,14 +69,21 @@ def main() -> int:
     site = load_site(SITE)
     df = read_trace(a.trace)
     lo, hi = float(df["submit"].min()), float(df["submit"].max())
-    # Evenly spread, leaving the first tenth of the trace as history for the model.
-    starts = [int(lo + (hi - lo) * (0.1 + 0.8 * (i + 0.5) / a.windows)) for i in range(a.windows)]
+    # The first tenth of the trace is history for the model.
+    if a.pick == "busiest":
+        cutoff = lo + 0.1 * (hi - lo) + a.warmup_hours * 3600
+        found = busiest(df, Capacity.of(site), a.hours, a.windows * 4 + 10)
+        starts = [s for s, _ in found if s >= cutoff][:a.windows]
+        print("busiest windows (demand/capacity): " + ", ".join(f"{s} ({r:.2f})" for s, r in found
+                                                                if s in starts))
+    else:
+        starts = [int(lo + (hi - lo) * (0.1 + 0.8 * (i + 0.5) / a.windows)) for i in range(a.windows)]
     base = a.workdir or Path(tempfile.mkdtemp(prefix="replay-kth-", dir="/var/tmp"))
     base.mkdir(parents=True, exist_ok=True)
     os.chmod(base, 0o755)  # --users local: jobs of other users run in here
     ratios: list[float] = []
-    print(f"KTH-SP2 replay: {a.windows} window(s) of {a.hours:g} h (+{a.warmup_hours:g} h warm-up, "
-          f"drain <= {a.drain_hours:g} h) at x{a.speed:g}, users={a.users}, in {base}")
+    print(f"{a.trace.name} replay: {len(starts)} {a.pick} window(s) of {a.hours:g} h (+{a.warmup_hours:g} h "
+          f"warm-up, drain <= {a.drain_hours:g} h) at x{a.speed:g}, users={a.users}, in {base}")
     for i, start in enumerate(starts):
         w = Window(start, a.hours, a.warmup_hours)
         sel = select(df, w, Capacity.of(site))
