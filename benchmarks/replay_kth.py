@@ -13,8 +13,9 @@ runtime model trained on the trace's jobs that ended before the window's warm-up
 the model's per-user history applies; `root` (the default) changes nothing on the machine
 but then the bridge knows no user's history. Windows are spread evenly over the trace
 (`--pick spread`, the default), or are the --windows non-overlapping windows with the highest
-demand ÷ capacity (`--pick busiest`, `replay windows`): where a queue forms and a scheduler
-can make a difference. Either way the first tenth of the trace is left as the model's history.
+demand ÷ capacity (`--pick busiest`, `replay windows`) among those with at least --min-jobs
+submissions: where a queue forms and a scheduler can make a difference. Either way the first
+tenth of the trace is left as the model's history.
 Needs root and the dev cluster's packages (`make deps`). Target: ratio <= 0.7.
 """
 
@@ -28,6 +29,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+import numpy as np
 
 from slurm_hetero.devcluster.replay import DevReplayCluster
 from slurm_hetero.jobs.trace import KTH_SP2
@@ -55,6 +58,8 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--windows", type=int, default=1)
     p.add_argument("--pick", choices=("spread", "busiest"), default="spread")
+    p.add_argument("--min-jobs", type=int, default=30,
+                   help="--pick busiest: jobs submitted in the window, at least")
     p.add_argument("--hours", type=float, default=1.0)
     p.add_argument("--warmup-hours", type=float, default=1.0)
     p.add_argument("--drain-hours", type=float, default=0.5)
@@ -72,8 +77,11 @@ def main() -> int:
     # The first tenth of the trace is history for the model.
     if a.pick == "busiest":
         cutoff = lo + 0.1 * (hi - lo) + a.warmup_hours * 3600
-        found = busiest(df, Capacity.of(site), a.hours, a.windows * 4 + 10)
-        starts = [s for s, _ in found if s >= cutoff][:a.windows]
+        # Demand alone picks hours of a few huge jobs (nothing to schedule): --min-jobs too.
+        sub = np.sort(df["submit"].to_numpy())
+        found = [(s, r) for s, r in busiest(df, Capacity.of(site), a.hours, 1000) if s >= cutoff and
+                 np.searchsorted(sub, s + a.hours * 3600) - np.searchsorted(sub, s) >= a.min_jobs]
+        starts = [s for s, _ in found][:a.windows]
         print("busiest windows (demand/capacity): " + ", ".join(f"{s} ({r:.2f})" for s, r in found
                                                                 if s in starts))
     else:
