@@ -175,3 +175,25 @@ def test_power_status(pc: Cluster, monkeypatch: pytest.MonkeyPatch) -> None:
                                                                  "power.yaml")])
     assert r.exit_code == 0, r.output
     assert "cpu@x86_64" in r.output and "ascend-310p@aarch64" in r.output and "devcluster" in r.output
+
+
+def test_report_counts_the_real_history(pc: Cluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The accounting report of this cluster, with the keeper's real history: the "Power
+    saving" section counts the CPU pool's asleep node-hours at its measured idle draw."""
+    import pandas as pd
+    from click.testing import CliRunner
+
+    from slurm_hetero.cli import main
+    from slurm_hetero.power.history import HISTORY_FILE
+
+    monkeypatch.setenv("SLURM_CONF", str(pc.conf))
+    out = tmp_path / "csv"
+    r = CliRunner().invoke(main, ["report", "--site", str(ROOT / "tests" / "data" / "sites" / "power.yaml"),
+                                  "--since", "-1d", "--no-cache", "--power-history", str(pc.state / HISTORY_FILE),
+                                  "--csv", str(out)])
+    assert r.exit_code == 0, r.output
+    rows = pd.read_csv(out / "power_pools.csv").set_index("pool")
+    cpu = rows.loc["cpu@x86_64"]
+    assert cpu["idle W per node"] == 120 and bool(cpu["measured"]) and cpu["asleep node-hours"] > 0
+    assert cpu["energy saved kWh"] == pytest.approx(cpu["asleep node-hours"] * 0.120, abs=0.006)
+    assert not bool(rows.loc["ascend-310p@aarch64"]["measured"])  # estimated: said so
