@@ -197,8 +197,8 @@ def figures(outs: list[Outcome], capacity: Mapping[str, float], t0: float, hours
         waits = [o.wait for o in started if o.wait is not None]
         slow = []
         for o in measured:
-            if o.start is not None:
-                run = o.run if o.run is not None else max(0.0, end_now - o.start)
+            if o.start is not None:  # still running: it runs what the trace says (its body sleeps that)
+                run = o.run if o.run is not None else float(o.expected_s)
                 slow.append(bsld(o.wait or 0.0, run))
             else:  # never started: its wait so far, its expected run (a lower bound)
                 slow.append(bsld(max(0.0, end_now - o.due), float(o.expected_s)))

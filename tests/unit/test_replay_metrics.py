@@ -97,6 +97,16 @@ def test_unstarted_and_missing_jobs_count_against_the_arm(kth: Site) -> None:
     assert f.ave_bsld == pytest.approx(600 / 60 + 1)  # waited 600 s so far, runs 60: a lower bound
 
 
+def test_a_job_still_running_counts_its_whole_runtime(kth: Site) -> None:
+    """Started late, still running when the replay stops: its slowdown is over the runtime it
+    will have (the trace's), not over the part seen, which would inflate it."""
+    sacct = parse_rows(row("1", T0 + 3000, None, state="RUNNING") + "\n")
+    outs = outcomes([(rj("a", 0, 3600, limit_min=120), "1", float(T0), float(T0))], {"1": sacct[0]}, Pools(kth))
+    f = figures(outs, Pools(kth).capacity, T0, 1.0, T0 + 3600)[ALL]
+    assert (f.started, f.unfinished) == (1, 1)
+    assert f.ave_bsld == pytest.approx((3000 + 3600) / 3600)  # not (3000 + 600) / 600
+
+
 def test_pools_of_a_heterogeneous_site(demo: Site) -> None:
     p = Pools(demo)
     assert p.capacity["h100@x86_64"] == 8 and p.capacity["ascend-910b@aarch64"] == 16
