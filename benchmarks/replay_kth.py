@@ -33,6 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from slurm_hetero.devcluster.replay import DevReplayCluster
+from slurm_hetero.fileio import write_json_atomic
 from slurm_hetero.jobs.trace import KTH_SP2
 from slurm_hetero.replay.metrics import ALL
 from slurm_hetero.replay.run import ARMS, ArmResult, run_arm, train_model
@@ -67,6 +68,8 @@ def main() -> int:
     p.add_argument("--users", choices=("root", "local"), default="root")
     p.add_argument("--trace", type=Path, default=KTH_SP2, help="[default: the KTH log the package ships]")
     p.add_argument("--workdir", type=Path, default=None)
+    p.add_argument("--json", type=Path, default=None,
+                   help="write every arm's result there, after each window")
     a = p.parse_args()
     if not a.trace.exists():
         print(f"no KTH trace at {a.trace}: give --trace", file=sys.stderr)
@@ -90,6 +93,7 @@ def main() -> int:
     base.mkdir(parents=True, exist_ok=True)
     os.chmod(base, 0o755)  # --users local: jobs of other users run in here
     ratios: list[float] = []
+    saved: list[dict[str, object]] = []
     print(f"{a.trace.name} replay: {len(starts)} {a.pick} window(s) of {a.hours:g} h (+{a.warmup_hours:g} h "
           f"warm-up, drain <= {a.drain_hours:g} h) at x{a.speed:g}, users={a.users}, in {base}")
     for i, start in enumerate(starts):
@@ -102,6 +106,9 @@ def main() -> int:
             res[name] = run_arm(DevReplayCluster, base / f"w{i}" / name, site, sel, w, ARMS[name], a.speed,
                                 model, drain_hours=a.drain_hours, users=a.users)
             print(f"  window {i} ({w.start}) {name}: {time.monotonic() - t:.0f} s real", flush=True)
+        if a.json:
+            saved.append({"start": w.start, "arms": {k: r.to_json() for k, r in res.items()}})
+            write_json_atomic(str(a.json), {"trace": a.trace.name, "windows": saved}, indent=1)
         fp, fb = res["plain"].figures[ALL], res["bridge"].figures[ALL]
         ratio = (fb.ave_bsld / fp.ave_bsld) if fp.ave_bsld and fb.ave_bsld is not None else float("nan")
         if not math.isnan(ratio):
