@@ -136,7 +136,7 @@ def pool_frames(records: Sequence[dict[str, Any]], jobs: pd.DataFrame, horizon: 
 def power_section(history: Path | None, jobs: pd.DataFrame, idle: Mapping[str, IdlePower] | None = None,
                   horizon: int = HORIZON, max_gap_s: float = MAX_GAP_S,
                   default_watts: float = IDLE_WATTS) -> Section:
-    """`idle`: pool → idle draw per node (power.rules.pool_idle_power of the site); pools it
+    """`idle`: pool → idle draw per node (site.power.pool_idle_power); pools it
     lacks are counted at `default_watts`, as an assumption."""
     sec = Section(KEY, TITLE)
     records = read_history(history) if history is not None else []

@@ -142,8 +142,9 @@ def idle_power(g: NodeGroup) -> IdlePower:
 
 def pool_idle_power(site: Site) -> dict[str, IdlePower]:
     """pool → the mean idle draw of its nodes (estimated if any node's is)."""
-    members: dict[str, list[IdlePower]] = {}
+    acc: dict[str, tuple[float, int, bool]] = {}  # pool → (watts x nodes, nodes, estimated)
     for g in site.node_groups:
-        members.setdefault(group_pool(g)[0], []).extend([idle_power(g)] * g.node_count)
-    return {pool: IdlePower(round(sum(i.watts for i in ps) / len(ps), 1), any(i.estimated for i in ps))
-            for pool, ps in members.items()}
+        pool, draw, n = group_pool(g)[0], idle_power(g), g.node_count
+        w, k, est = acc.get(pool, (0.0, 0, False))
+        acc[pool] = (w + draw.watts * n, k + n, est or draw.estimated)
+    return {pool: IdlePower(round(w / k, 1), est) for pool, (w, k, est) in acc.items()}
