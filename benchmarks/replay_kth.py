@@ -3,9 +3,9 @@ plain AVEbsld per window (with a 95% t-interval over windows), mean waits, utili
 jobs killed before their user's limit, and the replay's own cost in real seconds per
 trace hour.
 
-    .venv/bin/python benchmarks/replay_kth.py [--windows 3] [--pick spread|busiest] [--hours 1]
-        [--warmup-hours 1] [--drain-hours 0.5] [--speed 20] [--users root|local] [--trace PATH]
-        [--workdir DIR]
+    .venv/bin/python benchmarks/replay_kth.py [--windows 3] [--pick spread|busiest] [--min-jobs 30]
+        [--hours 1] [--warmup-hours 1] [--drain-hours 0.5] [--speed 20] [--users root|local]
+        [--trace PATH] [--workdir DIR] [--json OUT]
 
 Each arm of each window boots its own dev cluster (x--speed clock). The bridge arm gets a
 runtime model trained on the trace's jobs that ended before the window's warm-up. With
