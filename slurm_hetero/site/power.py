@@ -111,8 +111,8 @@ def _parses(hostlist: str) -> bool:
 
 
 # When the site gives no measured idle draw: a rule of thumb, always reported as estimated.
-# An idle dual-socket server draws about 150 W at the wall; idle accelerators about 15% of
-# their TDP (not a datasheet figure: vendors publish TDP only).
+# Assumed, not measured here: 150 W for an idle dual-socket host (the flat figure the report
+# used before), idle accelerators at 15% of their TDP (vendors publish TDP only).
 HOST_IDLE_BASE_W = 50.0
 HOST_IDLE_PER_SOCKET_W = 50.0
 DEVICE_IDLE_SHARE = 0.15
