@@ -302,6 +302,8 @@ def main() -> None:
     ap.add_argument("--perf", type=int, default=0, metavar="N",
                     help="profile slurmctld with perf over N more submissions per arm (0: no)")
     args = ap.parse_args()
+    if args.perf > 0 and shutil.which("perf") is None:
+        raise SystemExit("--perf needs perf: apt install linux-perf")
     site = load_site(DEMO)
     counts = [1] + ([args.concurrent] if args.concurrent > 1 else [])
     with tempfile.TemporaryDirectory(prefix="bench-submit-") as d:
