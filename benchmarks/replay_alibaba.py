@@ -1,6 +1,10 @@
 """Replay the loaded windows of the Alibaba GPU trace on the real Slurm, at a site shaped like
 its nodes list: fixed GPU models (plain) vs the bridge's start-soonest `--accel=nvidia:N`
-(bridge-nomodel), and the bridge with pending-job migration (bridge-migrate).
+(bridge-nomodel), and the bridge with pending-job migration (bridge-migrate). With work
+bodies (`--arms bridge-work,bridge-migrate-running[,bridge-migrate-work]`: a pod runs as fast
+as the units it holds, checkpoints on SIGTERM and resumes, `replay/submit.WorkSpec`): without
+migration, with running checkpointed jobs moved too, and with pending moves only; their mean
+completion ratios answer issue 16's "completion time with and without".
 
     .venv/bin/python benchmarks/replay_alibaba.py [--windows 2] [--hours 1] [--drain-hours 0.5]
         [--speed 20] [--arms plain,bridge-nomodel,bridge-migrate] [--pods PATH]
@@ -32,7 +36,7 @@ from typing import Any
 
 from slurm_hetero.devcluster.replay import DevReplayCluster
 from slurm_hetero.replay.metrics import ALL, Pools, distribution, figures, release_lags, runtime_errors
-from slurm_hetero.replay.run import ArmResult, parse_arms, run_arm
+from slurm_hetero.replay.run import ARMS, ArmResult, parse_arms, run_arm
 from slurm_hetero.replay.trace import read_trace_counted, select_for
 from slurm_hetero.replay.window import Capacity, Window, busiest
 from slurm_hetero.site import load_site
@@ -94,7 +98,10 @@ def all_accel(r: ArmResult) -> tuple[float | None, int, int]:
             sum(not o.measured for o in never))
 
 
-PAIRS = (("bridge/plain", "bridge-nomodel", "plain"), ("migrate/bridge", "bridge-migrate", "bridge-nomodel"))
+PAIRS = (("bridge/plain", "bridge-nomodel", "plain"), ("migrate/bridge", "bridge-migrate", "bridge-nomodel"),
+         # work bodies (a job on a faster pool ends sooner): moving running jobs too, and pending only
+         ("running/work", "bridge-migrate-running", "bridge-work"),
+         ("pending-work/work", "bridge-migrate-work", "bridge-work"))
 
 
 def compare(res: dict[str, ArmResult], ratios: dict[str, list[float]]) -> None:
@@ -118,6 +125,22 @@ def compare(res: dict[str, ArmResult], ratios: dict[str, list[float]]) -> None:
             print(f"  {key}: {n / d:.2f}")
         elif n is not None and d is not None:
             print(f"  {key}: no ratio ({den} waited 0 s on average)")
+        n, d = done.get(num), done.get(den)
+        if n is not None and d:
+            ratios[key + " (completion)"].append(n / d)
+            print(f"  {key} (mean completion): {n / d:.2f}")
+    moved = {k: sum(1 for o in r.outcomes if o.accel and o.restarts) for k, r in res.items() if ARMS[k].work}
+    if moved:
+        print("  accelerator jobs requeued and resumed (running migration): "
+              + ", ".join(f"{k} {v}" for k, v in moved.items()))
+
+
+def summary(ratios: dict[str, list[float]]) -> None:
+    for key, vals in ratios.items():
+        if vals:
+            what = "mean completion" if key.endswith("(completion)") else "mean wait"
+            target = " (target <= 0.7)" if key.startswith("bridge/plain") and what == "mean wait" else ""
+            print(f"accelerator jobs' {what} {key}: {interval(vals)}{target}")
 
 
 def from_json(path: Path, site_path: Path, pods: Path) -> int:
@@ -134,14 +157,13 @@ def from_json(path: Path, site_path: Path, pods: Path) -> int:
                       for o in r.outcomes]
         r.figures = figures(r.outcomes, pools.capacity, r.t0, r.window.hours, r.end_now, units=pools.units)
         by.setdefault(r.window.start, {})[r.arm] = r  # in the order run
-    ratios: dict[str, list[float]] = {k + x: [] for k, _, _ in PAIRS for x in ("", " (all)")}
+    ratios: dict[str, list[float]] = {k + x: [] for k, _, _ in PAIRS for x in ("", " (all)", " (completion)")}
     for i, (start, res) in enumerate(by.items()):
         print(f"window {i}: start {start}")
         for name, r in res.items():
             show(name, r)
         compare(res, ratios)
-    for key, vals in ratios.items():
-        print(f"accelerator jobs' mean wait {key}: {interval(vals)} (target <= 0.7)")
+    summary(ratios)
     return 0
 
 
@@ -172,7 +194,7 @@ def main() -> int:
     print(f"Alibaba GPU replay: {len(found)} busiest window(s) of {a.hours:g} h at x{a.speed:g} "
           f"on {a.site.name}; "
           f"dropped {dict(dropped)}; arms {', '.join(x.name for x in arms)}; in {base}")
-    ratios: dict[str, list[float]] = {k + x: [] for k, _, _ in PAIRS for x in ("", " (all)")}
+    ratios: dict[str, list[float]] = {k + x: [] for k, _, _ in PAIRS for x in ("", " (all)", " (completion)")}
     saved: list[dict[str, Any]] = []
     for i, (start, demand) in enumerate(found):
         w = Window(start, a.hours)
@@ -191,8 +213,7 @@ def main() -> int:
             if a.json:  # after each arm: a run cut short keeps what it measured
                 a.json.write_text(json.dumps(saved, indent=1))
         compare(res, ratios)
-    for key, vals in ratios.items():
-        print(f"accelerator jobs' mean wait {key}: {interval(vals)} (target <= 0.7)")
+    summary(ratios)
     return 0
 
 

@@ -4,7 +4,8 @@ Pure: submissions (what was asked, when it was due) and sacct records (what Slur
 in, figures out. All times are on the cluster's clock (trace seconds).
 
 - wait = start - the job's due time (its trace submit time on the replay clock), so
-  the submitter's own lag counts against the replay, never in its favour;
+  the submitter's own lag counts against the replay, never in its favour; a requeued job's
+  wait ends at its first start, and its earlier incarnations count in utilisation;
 - bounded slowdown = max(1, (wait + run) / max(run, 10 s)), AVEbsld its mean;
 - utilisation = resource-seconds in use inside the window / (capacity x window);
 - killed at limit: TIMEOUT; killed early: TIMEOUT before the user's own limit (with
@@ -51,10 +52,20 @@ class Outcome:
     pool: str
     limit_final_s: int | None = None  # the job's limit when it ended (the bridge may set it)
     predicted_s: float | None = None  # the bridge's p90 prediction, when it made one
+    # A requeued job: its first start, and each earlier incarnation as (start, end, pool,
+    # devices or CPUs held). `start`/`end` are the last incarnation's.
+    first_start: float | None = None
+    earlier: tuple[tuple[float, float, str, int], ...] = ()
+    work: bool = False  # its body did work at its pool's speed (it ran no fixed runtime)
+
+    @property
+    def restarts(self) -> int:
+        return len(self.earlier)
 
     @property
     def wait(self) -> float | None:
-        return None if self.start is None else max(0.0, self.start - self.due)
+        first = self.first_start if self.first_start is not None else self.start
+        return None if first is None else max(0.0, first - self.due)
 
     @property
     def run(self) -> float | None:
@@ -114,11 +125,15 @@ class Pools:
 
 
 def outcomes(jobs: Iterable[tuple[ReplayJob, str, float, float | None]],
-             records: Mapping[str, JobRecord], pools: Pools) -> list[Outcome]:
-    """(job, Slurm job id, due, released) of each submission, joined to sacct's records."""
+             records: Mapping[str, JobRecord], pools: Pools, work: bool = False) -> list[Outcome]:
+    """(job, Slurm job id, due, released) of each submission, joined to sacct's records
+    (`sacct.by_job`: a requeued job's earlier incarnations included); `work`: accelerator
+    jobs ran work bodies (`replay/body.py`), whose run time is their pool's, not the trace's."""
     out = []
     for job, jid, due, released in jobs:
         rec = records.get(jid)
+        earlier = tuple((float(r.start), float(r.end), pools.of(r), r.accel or r.cpus)
+                        for r in (rec.earlier if rec else ()) if r.start and r.end)
         out.append(Outcome(
             trace_id=job.trace_id, job_id=jid, measured=job.measured, due=due, released=released,
             start=float(rec.start) if rec and rec.start else None,
@@ -129,7 +144,9 @@ def outcomes(jobs: Iterable[tuple[ReplayJob, str, float, float | None]],
             # what it was given, or (never started: sacct has no allocation) what it asked
             accel=rec.accel if rec and rec.accel else job.accel, pool=pools.of(rec),
             limit_final_s=rec.limit_min * 60 if rec and rec.limit_min is not None else None,
-            predicted_s=rec.predicted_s if rec else None))
+            predicted_s=rec.predicted_s if rec else None,
+            first_start=float(rec.first_start) if rec and rec.earlier and rec.first_start else None,
+            earlier=earlier, work=work and bool(job.accel)))
     return out
 
 
@@ -170,7 +187,8 @@ class PoolFigures:
 
 
 def usage_in(o: Outcome, lo: float, hi: float, end_now: float) -> float:
-    """Resource-seconds of `o` inside [lo, hi): CPUs (or devices for accelerator work)."""
+    """Resource-seconds of `o`'s last incarnation inside [lo, hi): CPUs (or devices for
+    accelerator work)."""
     if o.start is None:
         return 0.0
     end = o.end if o.end is not None else end_now
@@ -178,15 +196,29 @@ def usage_in(o: Outcome, lo: float, hi: float, end_now: float) -> float:
     return span * (o.accel if o.accel else o.cpus)
 
 
+def usage_by_pool(outs: Iterable[Outcome], lo: float, hi: float, end_now: float) -> dict[str, float]:
+    """Resource-seconds inside [lo, hi) per pool, every incarnation of a requeued job in the
+    pool it ran in."""
+    used: dict[str, float] = {}
+    for o in outs:
+        used[o.pool] = used.get(o.pool, 0.0) + usage_in(o, lo, hi, end_now)
+        for start, end, pool, held in o.earlier:
+            used[pool] = used.get(pool, 0.0) + max(0.0, min(end, hi) - max(start, lo)) * held
+    return used
+
+
 def figures(outs: list[Outcome], capacity: Mapping[str, float], t0: float, hours: float,
             end_now: float, units: Mapping[str, float] | None = None) -> dict[str, PoolFigures]:
     """Per pool and ALL: measured jobs' slowdown and waits, every job's use of the window;
     with `units` (normalized units per device of each accelerator pool) its use in units."""
     lo, hi = t0, t0 + hours * 3600
-    by: dict[str, list[Outcome]] = {}
+    by: dict[str, list[Outcome]] = {ALL: []}
     for o in outs:
         by.setdefault(o.pool, []).append(o)
-        by.setdefault(ALL, []).append(o)
+        by[ALL].append(o)
+        for _, _, pool, _ in o.earlier:
+            by.setdefault(pool, [])
+    used = usage_by_pool(outs, lo, hi, end_now)
     res: dict[str, PoolFigures] = {}
     for pool, group in sorted(by.items()):
         f = PoolFigures(pool)
@@ -222,15 +254,14 @@ def figures(outs: list[Outcome], capacity: Mapping[str, float], t0: float, hours
             pools = [k for k in units if k in capacity] if pool == ALL else [pool] if pool in units else []
             if pools:
                 f.units_capacity_h = sum(units[k] * capacity[k] for k in pools) * (hi - lo) / 3600
-                f.units_used_h = sum(units[o.pool] * usage_in(o, lo, hi, end_now)
-                                     for o in group if o.accel and o.pool in pools) / 3600
+                f.units_used_h = sum(units[k] * used.get(k, 0.0) for k in pools) / 3600
         if pool == ALL:
-            cpu_cap = sum(v for k, v in capacity.items() if k.startswith("cpu@"))
-            used = sum(usage_in(o, lo, hi, end_now) for o in group if not o.accel)
-            f.utilisation = used / (cpu_cap * (hi - lo)) if cpu_cap else None
+            cpu_pools = [k for k in capacity if k.startswith("cpu@")]
+            cpu_cap = sum(capacity[k] for k in cpu_pools)
+            cpu_used = sum(used.get(k, 0.0) for k in cpu_pools)
+            f.utilisation = cpu_used / (cpu_cap * (hi - lo)) if cpu_cap else None
         elif capacity.get(pool):
-            used = sum(usage_in(o, lo, hi, end_now) for o in group)
-            f.utilisation = used / (capacity[pool] * (hi - lo))
+            f.utilisation = used.get(pool, 0.0) / (capacity[pool] * (hi - lo))
         res[pool] = f
     return res
 
@@ -244,7 +275,7 @@ def distribution(values: list[float]) -> dict[str, float | int | None]:
 
 def runtime_errors(outs: list[Outcome]) -> list[float]:
     """Per finished job: how much longer (or shorter) than its runtime it ran, trace s."""
-    return [e for o in outs if o.state in ("COMPLETED", "TIMEOUT")
+    return [e for o in outs if o.state in ("COMPLETED", "TIMEOUT") and not o.restarts and not o.work
             and (e := o.runtime_error) is not None]
 
 

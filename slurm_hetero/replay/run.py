@@ -21,9 +21,10 @@ from __future__ import annotations
 import os
 import pwd
 import stat
+import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -47,7 +48,7 @@ from slurm_hetero.replay.metrics import (
     release_lags,
     runtime_errors,
 )
-from slurm_hetero.replay.submit import BODY, Progress, Request, Submitter
+from slurm_hetero.replay.submit import BODY, Progress, Request, Submitter, WorkSpec, work_body
 from slurm_hetero.replay.window import Selection, Window, account_for, check_speed
 from slurm_hetero.site.model import Site
 from slurm_hetero.slurm.commands import cancel_argv, sacctmgr_argv
@@ -62,6 +63,9 @@ class Arm:
     bridge: bool  # SPANK options + job_submit.lua + snapshot + bridge daemon
     model: bool  # the runtime model compiled into the bridge (predicted limits, priorities)
     migrate: bool = False  # the site's migration.pending on: the daemon moves pending --accel jobs
+    # Accelerator jobs do work at their pool's speed, checkpoint and resume (submit.WorkSpec).
+    work: bool = False
+    migrate_running: bool = False  # migration.running on too: checkpointed jobs move while running
 
 
 ARMS = {
@@ -70,6 +74,12 @@ ARMS = {
     "bridge-nomodel": Arm("bridge-nomodel", bridge=True, model=False),
     # bridge-nomodel with pending-job migration (issue 16): compare it with bridge-nomodel
     "bridge-migrate": Arm("bridge-migrate", bridge=True, model=False, migrate=True),
+    # With work bodies (a job on a faster pool ends sooner; a requeued one resumes): without
+    # migration, with pending-job migration, and with running jobs moved too.
+    "bridge-work": Arm("bridge-work", bridge=True, model=False, work=True),
+    "bridge-migrate-work": Arm("bridge-migrate-work", bridge=True, model=False, migrate=True, work=True),
+    "bridge-migrate-running": Arm("bridge-migrate-running", bridge=True, model=False, migrate=True,
+                                  work=True, migrate_running=True),
 }
 
 
@@ -123,7 +133,7 @@ class ArmResult:
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> ArmResult:
         w = d["window"]
-        outs = [Outcome(**o) for o in d["jobs"]]
+        outs = [Outcome(**{**o, "earlier": tuple(tuple(e) for e in o.get("earlier", ()))}) for o in d["jobs"]]
         figs = {k: PoolFigures(**v) for k, v in d["figures"].items()}
         return cls(d["arm"], float(d["speed"]), Window(int(w["start"]), float(w["hours"]),
                    float(w["warmup_hours"])), float(d["t0"]), float(d["end_now"]), outs, figs,
@@ -195,21 +205,48 @@ def request_for(site: Site, arm: Arm, users: str = "root") -> Request:
     return Request(arm.bridge, as_users=users == "local", accel_spec=spec)
 
 
-def migrating_site(site: Site, where: Path) -> Site:
-    """The site with `migration.pending` on, written beside the arm's cluster (the bridge
-    daemon and job_submit.lua read the site from its file)."""
-    if site.migration.pending:
+def migrating_site(site: Site, where: Path, running: bool = False) -> Site:
+    """The site with `migration.pending` (and with `running`, `migration.running`) on,
+    written beside the arm's cluster (the bridge daemon and job_submit.lua read the site
+    from its file)."""
+    if site.migration.pending and (site.migration.running or not running):
         return site
     if site.path is None:
-        raise InputError("arm bridge-migrate needs a site loaded from a file")
+        raise InputError("the migrating arms need a site loaded from a file")
     from slurm_hetero.site import load_site
 
     data = yaml.safe_load(site.path.read_text(encoding="utf-8")) or {}
-    data["migration"] = {**(data.get("migration") or {}), "pending": True}
+    on = {"pending": True, **({"running": True} if running else {})}
+    data["migration"] = {**(data.get("migration") or {}), **on}
     where.parent.mkdir(parents=True, exist_ok=True)
-    write_atomic(str(where), "# the replayed site with migration.pending on (arm bridge-migrate)\n"
+    write_atomic(str(where), f"# the replayed site with migration {', '.join(on)} on\n"
                  + yaml.safe_dump(data, sort_keys=False))
     return load_site(where)
+
+
+def reference_units(site: Site) -> tuple[float, float]:
+    """The site's mean units per accelerator device (capacity-weighted) and its slowest
+    model's: what `WorkSpec` scales work and limits by."""
+    pools = Pools(site)
+    accel = [k for k in pools.units if pools.capacity.get(k)]
+    if not accel:
+        raise InputError("work bodies need a site with accelerators")
+    cap = sum(pools.capacity[k] for k in accel)
+    return sum(pools.units[k] * pools.capacity[k] for k in accel) / cap, min(pools.units[k] for k in accel)
+
+
+def work_spec(site: Site, workdir: Path) -> WorkSpec:
+    """Work bodies on this cluster: each accelerator node's units per device in a file the
+    bodies read, a checkpoint folder every job's user can write in."""
+    ref, slow = reference_units(site)
+    lines = [f"{n} {g.accelerators[0].model.units!r}" for g in site.node_groups if g.accelerators
+             for n in g.nodes]
+    units_file = workdir / "node-units.txt"
+    write_atomic(str(units_file), "\n".join(lines) + "\n")
+    checkpoints = workdir / "checkpoints"
+    checkpoints.mkdir(exist_ok=True)
+    os.chmod(checkpoints, 0o1777)  # jobs of local users make their folders here
+    return WorkSpec(ref, slow, units_file, checkpoints)
 
 
 def progress_line(arm: str, window: Window, p: Progress, total: int) -> str:
@@ -245,7 +282,7 @@ def run_arm(factory: ClusterFactory, workdir: Path, site: Site, sel: Selection, 
         if say and made:
             say(f"created {len(made)} local users for the trace's users ({made[0]}, ...)")
     if arm.migrate:
-        site = migrating_site(site, workdir.with_name(f"{workdir.name}.site.yaml"))
+        site = migrating_site(site, workdir.with_name(f"{workdir.name}.site.yaml"), arm.migrate_running)
     t_start = time.monotonic()
     cluster = factory(workdir)
     try:
@@ -255,7 +292,10 @@ def run_arm(factory: ClusterFactory, workdir: Path, site: Site, sel: Selection, 
         runner = cluster.runner
         add_accounts(runner, site.name, sel.accounts, users)
         script = cluster.workdir / "replay-job.sh"
-        script.write_text(BODY)
+        req = request_for(site, arm, users)
+        if arm.work:
+            req = replace(req, work=work_spec(site, cluster.workdir))
+        script.write_text(work_body(sys.executable) if arm.work else BODY)
         os.chmod(script, 0o755)
         clock = calibrate(runner, speed)
         first = min(j.offset_s for j in sel.jobs)
@@ -263,7 +303,7 @@ def run_arm(factory: ClusterFactory, workdir: Path, site: Site, sel: Selection, 
         if on_start is not None:
             on_start(t0)
         show = (lambda p: say(progress_line(arm.name, window, p, len(sel.jobs)))) if say else None
-        sub = Submitter(runner, sel.jobs, clock, t0, request_for(site, arm, users), script, cluster.workdir,
+        sub = Submitter(runner, sel.jobs, clock, t0, req, script, cluster.workdir,
                         lead_s=lead_s, say=show, every_s=max(5.0, 120.0 / speed))
         t_replay = time.monotonic()
         sub.run()
@@ -272,13 +312,14 @@ def run_arm(factory: ClusterFactory, workdir: Path, site: Site, sel: Selection, 
         end_now = clock.now()
         text = sacct.fetch_text(runner, t0 + first - 3600, end_now + 3600)
         (cluster.workdir / "sacct.psv").write_text(text)
-        records = {r.job_id: r for r in sacct.parse_rows(text)}
+        records = sacct.by_job(sacct.parse_rows(text))
         replay_s = time.monotonic() - t_replay
         if not all_ended:
             ids = [s.job_id for s in sub.subs]
             for i in range(0, len(ids), 500):
                 runner.run(cancel_argv(ids[i:i + 500]), check=False, timeout=60)
-        outs = outcomes(((s.job, s.job_id, s.target, s.released) for s in sub.subs), records, Pools(site))
+        outs = outcomes(((s.job, s.job_id, s.target, s.released) for s in sub.subs), records, Pools(site),
+                        work=arm.work)
         pools = Pools(site)
         figs = figures(outs, pools.capacity, t0, window.hours, end_now, units=pools.units)
     except RuntimeFailure as e:

@@ -37,6 +37,14 @@ class JobRecord:
     limit_min: int | None
     state: str  # the first word: COMPLETED, TIMEOUT, CANCELLED, NODE_FAIL, ...
     admin: dict[str, Any] = field(default_factory=dict)  # the bridge's decision, if any
+    # A requeued job (`by_job`): its earlier incarnations, oldest first.
+    earlier: tuple[JobRecord, ...] = ()
+
+    @property
+    def first_start(self) -> int | None:
+        """When its first incarnation started: its wait ends there."""
+        starts = [r.start for r in (*self.earlier, self) if r.start is not None]
+        return min(starts) if starts else None
 
     @property
     def predicted_s(self) -> float | None:
@@ -65,8 +73,9 @@ def local_iso(epoch: float) -> str:
 
 
 def sacct_argv(since: float, until: float) -> list[str]:
-    """Allocations (-X) of every user that existed between two epoch times (faked clock)."""
-    return sacct_window_argv(local_iso(since), local_iso(until), FIELDS)
+    """Allocations (-X) of every user that existed between two epoch times (faked clock),
+    every incarnation of a requeued job (-D) included."""
+    return sacct_window_argv(local_iso(since), local_iso(until), FIELDS, duplicates=True)
 
 
 def _time(v: str) -> int | None:
@@ -112,6 +121,15 @@ def parse_rows(text: str) -> list[JobRecord]:
             limit_min=int(limit) if limit.isdigit() else None,
             state=(d["State"].split() or ["UNKNOWN"])[0], admin=parse_comment(d["AdminComment"])))
     return out
+
+
+def by_job(rows: list[JobRecord]) -> dict[str, JobRecord]:
+    """One record per job id: its last incarnation, the earlier ones in `earlier` (sacct -D
+    lists a requeued job once per incarnation, oldest first, the earlier ones REQUEUED)."""
+    groups: dict[str, list[JobRecord]] = {}
+    for r in rows:
+        groups.setdefault(r.job_id, []).append(r)
+    return {jid: dataclasses.replace(g[-1], earlier=tuple(g[:-1])) for jid, g in groups.items()}
 
 
 def fetch_text(runner: Runner, since: float, until: float) -> str:

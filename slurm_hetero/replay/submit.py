@@ -14,6 +14,9 @@ numbers this module formatted and the account name from `window.account_for`.
 
 from __future__ import annotations
 
+import math
+import re
+import shlex
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -27,6 +30,43 @@ from slurm_hetero.slurm.runner import Runner
 
 BODY = ("#!/bin/sh\n# slurm-hetero replay: a trace job's body, its runtime on the cluster's clock\n"
         "exec sleep \"$1\"\n")
+
+
+def work_body(python: str) -> str:
+    """The body of arms with work bodies: `sleep RUNTIME` for a job given one argument, else
+    `replay/body.py` (WORK DEVICES UNITS_FILE) under `python` (this interpreter's path)."""
+    return ("#!/bin/sh\n# slurm-hetero replay: a trace job's body; accelerator jobs do work at their "
+            "pool's speed\n"
+            "if [ \"$#\" -eq 1 ]; then exec sleep \"$1\"; fi\n"
+            f"exec {shlex.quote(python)} -m slurm_hetero.replay.body \"$@\"\n")
+
+
+@dataclass(frozen=True)
+class WorkSpec:
+    """Accelerator jobs as work (`replay/body.py`): a trace job that ran R seconds on N
+    devices is R x N x `ref_units` unit-seconds of work, done at the units it holds. The trace
+    does not say which model a pod ran on: `ref_units` is the site's mean units per device
+    (capacity-weighted), so on average a job runs as long as the trace says. Its limit is
+    stretched by ref_units / `slow_units` (the slowest model): an `--accel=VENDOR:N` user's
+    limit covers the slowest device the request allows, so no job is killed for the model
+    it got. Bridge arms also ask for `--checkpoint` (a folder per job under `checkpoints`)
+    and `--migratable`."""
+
+    ref_units: float
+    slow_units: float
+    units_file: Path
+    checkpoints: Path
+
+    def work(self, job: ReplayJob) -> float:
+        return job.runtime_s * job.accel * self.ref_units
+
+    def limit_min(self, job: ReplayJob) -> int | None:
+        if job.limit_min is None:
+            return None
+        return math.ceil(job.limit_min * self.ref_units / self.slow_units)
+
+    def folder(self, job: ReplayJob) -> Path:
+        return self.checkpoints / ("r" + re.sub(r"[^A-Za-z0-9._-]", "_", job.trace_id))
 ACTIVE = ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED", "REQUEUED", "RESIZING")
 
 
@@ -39,6 +79,7 @@ class Request:
     accel_partition: str | None = None  # plain arm: where that GRES is (no job_submit routing)
     as_users: bool = False  # submit as the local user named like the job's account (--uid)
     accel_spec: str = "any"  # bridge arms: `--accel=SPEC:N` (any, or a vendor/stack: nvidia)
+    work: WorkSpec | None = None  # accelerator jobs do work at their pool's speed
 
 
 def sbatch_argv(job: ReplayJob, req: Request, script: Path, workdir: Path) -> list[str]:
@@ -50,26 +91,36 @@ def sbatch_argv(job: ReplayJob, req: Request, script: Path, workdir: Path) -> li
      '--chdir=/w', '/w/job.sh', '600']
     >>> sbatch_argv(ReplayJob("8", 0, 60, None, 1, 2, "3", True), Request(True), Path("/j"), Path("/w"))[5:8]
     ['--arch=any', '--accel=any:2', '--output=/dev/null']
+    >>> ws = WorkSpec(0.4, 0.2, Path("/w/units"), Path("/w/ckpt"))
+    >>> job = ReplayJob("9", 0, 600, 20, 1, 2, "3", True)
+    >>> argv = sbatch_argv(job, Request(True, work=ws), Path("/j"), Path("/w"))
+    >>> argv[5:]  # doctest: +NORMALIZE_WHITESPACE
+    ['--time=40', '--arch=any', '--accel=any:2', '--checkpoint=/w/ckpt/r9', '--migratable',
+     '--output=/dev/null', '--chdir=/w', '/j', '480.000', '2', '/w/units']
     """
+    work = req.work if job.accel else None
     argv = [f"--job-name=r{job.trace_id}", f"--account={job.account}", f"--ntasks={job.cpus}"]
     if job.one_node:
         argv.append("--nodes=1")
     if req.as_users:
         argv.append(f"--uid={job.account}")
-    if job.limit_min is not None:
-        argv.append(f"--time={job.limit_min}")
+    limit = work.limit_min(job) if work else job.limit_min
+    if limit is not None:
+        argv.append(f"--time={limit}")
     if req.bridge:
         # The hardware-agnostic request: any arch, any accelerator model.
         argv.append("--arch=any")
         if job.accel:
             argv.append(f"--accel={req.accel_spec}:{job.accel}")
+        if work:
+            argv += [f"--checkpoint={work.folder(job)}", "--migratable"]
     elif job.accel:
         # The model the job asks for (`gpu:t4:1`), or any device of the GRES when none is fixed.
         argv.append(f"--gres={job.fixed_gres or req.accel_gres}:{job.accel}")
         if req.accel_partition:
             argv.append(f"--partition={req.accel_partition}")
-    return sbatch_script_argv([*argv, "--output=/dev/null", f"--chdir={workdir}"], str(script),
-                              [str(job.runtime_s)])
+    args = [f"{work.work(job):.3f}", str(job.accel), str(work.units_file)] if work else [str(job.runtime_s)]
+    return sbatch_script_argv([*argv, "--output=/dev/null", f"--chdir={workdir}"], str(script), args)
 
 
 def parse_job_id(out: str) -> str:

@@ -77,9 +77,11 @@ def sacct_ended_argv(since: str, until: str, fields: Sequence[str], states: Sequ
             "-s", ",".join(states), "-o", ",".join(fields)]
 
 
-def sacct_window_argv(since: str, until: str, fields: Sequence[str]) -> list[str]:
-    """Allocations of every user that existed in [since, until], `|`-separated."""
-    return ["sacct", "-a", "-X", "-P", "-n", "-S", since, "-E", until, "-o", ",".join(fields)]
+def sacct_window_argv(since: str, until: str, fields: Sequence[str], duplicates: bool = False) -> list[str]:
+    """Allocations of every user that existed in [since, until], `|`-separated; with
+    `duplicates`, each incarnation of a requeued job (-D)."""
+    return ["sacct", "-a", "-X", *(["-D"] if duplicates else []), "-P", "-n", "-S", since, "-E", until,
+            "-o", ",".join(fields)]
 
 
 def sacctmgr_argv(*words: str) -> list[str]:

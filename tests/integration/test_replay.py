@@ -13,10 +13,10 @@ import pytest
 
 from slurm_hetero.devcluster.replay import DevReplayCluster
 from slurm_hetero.replay.fidelity import runtime_bound_s
-from slurm_hetero.replay.metrics import ALL, release_lags, runtime_errors
-from slurm_hetero.replay.run import ARMS, ArmResult, run_arm, train_model
+from slurm_hetero.replay.metrics import ALL, Pools, release_lags, runtime_errors
+from slurm_hetero.replay.run import ARMS, ArmResult, reference_units, run_arm, train_model
 from slurm_hetero.replay.trace import read_trace
-from slurm_hetero.replay.window import Capacity, ModelMix, Selection, Window, select
+from slurm_hetero.replay.window import Capacity, ModelMix, ReplayJob, Selection, Window, select
 from slurm_hetero.site import load_site
 
 pytestmark = pytest.mark.integration
@@ -118,3 +118,49 @@ def test_alibaba_pods_ran_their_runtime_on_a_gpu(alibaba: tuple[Selection, dict[
         if arm == "plain":
             assert model == models[fixed[o.trace_id] or ""], (o.trace_id, o.pool, fixed[o.trace_id])
     assert f.units_used_h is not None and f.units_used_h > 0
+
+
+# Work bodies (issue 16's running migration in the harness): one pod of 1 GPU that ran 600 s,
+# i.e. 600 x the site's mean units of work. The bridge places it on the cheapest free model
+# (the P100, 0.15 units); without migration it does its work there, with migration.running
+# the daemon requeues it into a faster pool once that pays (restart included), and it resumes
+# there from its checkpoint.
+WORK_JOB = ReplayJob("1", 0, 600, 30, 1, 1, "u1", True, None, True)
+
+
+@pytest.fixture(scope="module")
+def work_arms(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, ArmResult]]:
+    site = load_site(DATA / "alibaba-site-small.yaml")
+    work = tmp_path_factory.mktemp("replay-work")
+    out = {name: run_arm(DevReplayCluster, work / name, site, Selection([WORK_JOB]), Window(0, 0.25), ARMS[name],
+                         SPEED, say=print, drain_hours=1.0)
+           for name in ("bridge-work", "bridge-migrate-running")}
+    return work, out
+
+
+def test_work_bodies_run_at_their_pools_speed_and_a_moved_job_resumes(
+        work_arms: tuple[Path, dict[str, ArmResult]]) -> None:
+    work, res = work_arms
+    site = load_site(DATA / "alibaba-site-small.yaml")
+    units = Pools(site).units
+    total = WORK_JOB.runtime_s * WORK_JOB.accel * reference_units(site)[0]
+    bound = runtime_bound_s(SPEED)
+    [stay] = res["bridge-work"].outcomes
+    assert (stay.state, stay.pool, stay.restarts) == ("COMPLETED", "p100@x86_64", 0)
+    assert stay.run is not None and abs(stay.run - total / units["p100@x86_64"]) <= bound, stay
+    [moved] = res["bridge-migrate-running"].outcomes
+    assert moved.state == "COMPLETED" and moved.restarts == 1, moved
+    (s0, e0, pool0, _), = moved.earlier
+    assert pool0 == "p100@x86_64" and units[moved.pool] > units[pool0], moved
+    # It resumed: the last incarnation did only what the first had not (at its pool's speed).
+    left = total - (e0 - s0) * units[pool0]
+    assert moved.run is not None and abs(moved.run - left / units[moved.pool]) <= 2 * bound, (moved, left)
+    assert moved.end is not None and stay.end is not None
+    assert moved.end - moved.due < stay.end - stay.due  # and finished sooner than staying
+    for r in res.values():
+        f = r.figures[ALL]
+        assert r.all_ended and (f.killed_at_limit, f.failed, f.unfinished) == (0, 0, 0)
+    # Its one checkpoint, written by the first incarnation on SIGTERM, was the second's base.
+    folder = work / "bridge-migrate-running" / "checkpoints" / "r1"
+    assert [p.name for p in sorted(folder.glob("ckpt-*"))] == ["ckpt-00000000-00000001"]
+    assert '"base": "ckpt-00000000-00000001"' in (folder / "epochs" / "00000001").read_text()
