@@ -28,6 +28,8 @@ import time
 from pathlib import Path
 from types import FrameType
 
+from slurm_hetero.checkpoint import Checkpointer, FencedOut  # stdlib only, like this module
+
 # Progress is written as text: one float, the unit-seconds done.
 PROGRESS_FORMAT = "{:.3f}\n"
 
@@ -99,8 +101,6 @@ def main(argv: list[str]) -> int:
     ck = None
     done = 0.0
     if folder:
-        from slurm_hetero.checkpoint import Checkpointer, FencedOut
-
         try:
             ck = Checkpointer(folder)
         except FencedOut as e:
@@ -111,8 +111,6 @@ def main(argv: list[str]) -> int:
 
     def save(signum: int, frame: FrameType | None) -> None:
         if ck is not None:
-            from slurm_hetero.checkpoint import FencedOut
-
             try:
                 with ck.writing() as tmp:
                     Path(tmp).write_text(PROGRESS_FORMAT.format(work.progress(time.time())))

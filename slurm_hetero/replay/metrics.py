@@ -52,9 +52,8 @@ class Outcome:
     pool: str
     limit_final_s: int | None = None  # the job's limit when it ended (the bridge may set it)
     predicted_s: float | None = None  # the bridge's p90 prediction, when it made one
-    # A requeued job: its first start, and each earlier incarnation as (start, end, pool,
-    # devices or CPUs held). `start`/`end` are the last incarnation's.
-    first_start: float | None = None
+    # A requeued job: each earlier incarnation, oldest first, as (start, end, pool, devices
+    # or CPUs held). `start`/`end` are the last incarnation's.
     earlier: tuple[tuple[float, float, str, int], ...] = ()
     work: bool = False  # its body did work at its pool's speed (it ran no fixed runtime)
 
@@ -64,7 +63,8 @@ class Outcome:
 
     @property
     def wait(self) -> float | None:
-        first = self.first_start if self.first_start is not None else self.start
+        """Until its first start (a requeued job's first incarnation)."""
+        first = self.earlier[0][0] if self.earlier else self.start
         return None if first is None else max(0.0, first - self.due)
 
     @property
@@ -145,7 +145,6 @@ def outcomes(jobs: Iterable[tuple[ReplayJob, str, float, float | None]],
             accel=rec.accel if rec and rec.accel else job.accel, pool=pools.of(rec),
             limit_final_s=rec.limit_min * 60 if rec and rec.limit_min is not None else None,
             predicted_s=rec.predicted_s if rec else None,
-            first_start=float(rec.first_start) if rec and rec.earlier and rec.first_start else None,
             earlier=earlier, work=work and bool(job.accel)))
     return out
 

@@ -133,7 +133,9 @@ class ArmResult:
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> ArmResult:
         w = d["window"]
-        outs = [Outcome(**{**o, "earlier": tuple(tuple(e) for e in o.get("earlier", ()))}) for o in d["jobs"]]
+        # "first_start": files of this format's first version, where it was stored, not derived.
+        outs = [Outcome(**{**{k: v for k, v in o.items() if k != "first_start"},
+                           "earlier": tuple(tuple(e) for e in o.get("earlier", ()))}) for o in d["jobs"]]
         figs = {k: PoolFigures(**v) for k, v in d["figures"].items()}
         return cls(d["arm"], float(d["speed"]), Window(int(w["start"]), float(w["hours"]),
                    float(w["warmup_hours"])), float(d["t0"]), float(d["end_now"]), outs, figs,

@@ -41,12 +41,6 @@ class JobRecord:
     earlier: tuple[JobRecord, ...] = ()
 
     @property
-    def first_start(self) -> int | None:
-        """When its first incarnation started: its wait ends there."""
-        starts = [r.start for r in (*self.earlier, self) if r.start is not None]
-        return min(starts) if starts else None
-
-    @property
     def predicted_s(self) -> float | None:
         """The bridge's upper-quantile prediction (its first limit in backfill mode)."""
         pred = self.admin.get("pred")

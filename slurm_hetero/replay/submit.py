@@ -30,6 +30,7 @@ from slurm_hetero.slurm.runner import Runner
 
 BODY = ("#!/bin/sh\n# slurm-hetero replay: a trace job's body, its runtime on the cluster's clock\n"
         "exec sleep \"$1\"\n")
+ACTIVE = ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED", "REQUEUED", "RESIZING")
 
 
 def work_body(python: str) -> str:
@@ -67,7 +68,6 @@ class WorkSpec:
 
     def folder(self, job: ReplayJob) -> Path:
         return self.checkpoints / ("r" + re.sub(r"[^A-Za-z0-9._-]", "_", job.trace_id))
-ACTIVE = ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED", "REQUEUED", "RESIZING")
 
 
 @dataclass(frozen=True)

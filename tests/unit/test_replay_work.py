@@ -87,7 +87,7 @@ def test_a_requeued_job_waits_until_its_first_start_and_each_incarnation_counts(
     rows = parse_rows((DATA / "sacct-requeued.psv").read_text())
     assert [r.state for r in rows] == ["REQUEUED", "COMPLETED"]
     rec = by_job(rows)["1"]
-    assert (rec.state, rec.nodes, len(rec.earlier), rec.first_start) == ("COMPLETED", "a10-01", 1, 1796238157)
+    assert (rec.state, rec.nodes, len(rec.earlier), rec.earlier[0].start) == ("COMPLETED", "a10-01", 1, 1796238157)
     due = 1796238156.0
     job = ReplayJob("1", 0, 600, 30, 1, 1, "u1", True, None, True)
     [o] = outcomes([(job, "1", due, due)], {"1": rec}, Pools(site), work=True)
