@@ -86,20 +86,46 @@ class Keeper:
         return p
 
     def apply(self, p: rules.Plan) -> list[str]:
-        """Ask slurmctld for the plan's wake-ups and power-downs; returns the actions it refused."""
+        """Ask slurmctld for the plan's wake-ups and power-downs; returns the actions it refused.
+
+        A job may start on a node between the round's read and its power_down, and 22.05 has
+        no way to withdraw a pending power down (node_mgr.c: nothing clears POWER_DOWN but
+        the suspend itself): the node would sleep as soon as its jobs end. So the nodes to
+        sleep are read again just before the request (the window shrinks to one RPC), and
+        once more after it, to say which node still took a job in that window."""
         failed = []
-        for state, nodes in (("power_up", p.wake), ("power_down", p.sleep)):
-            if not nodes:
-                continue
-            r = self.runner.run(node_power_argv(nodes, state), check=False)
-            ok = r.returncode == 0
-            if not ok:
-                failed.append(state)
-            why = "" if ok else f": {str(r.stderr or r.stdout).strip()[:200]}"
+        if p.wake and not self._ask(p, "power_up"):
+            failed.append("power_up")
+        if p.sleep:
+            now = parse_nodes(self.runner.out(nodes_oneliner_argv(p.sleep)))
+            took = [n for n in p.sleep if n not in now or not now[n].idle_awake]
             for pp in p.pools:
-                mine = pp.wake if state == "power_up" else pp.sleep
-                if mine:
-                    self.log(f"power: {state} {','.join(mine)} ({pp.pool}: need {pp.need:g}, running "
-                             f"{pp.running:g}, idle {pp.idle}, keep {pp.keep_idle})"
-                             + ("" if ok else " failed" + why))
+                pp.sleep = [n for n in pp.sleep if n not in took]
+            if took:
+                self.log(f"power: kept {','.join(took)} up: no longer idle since the round read it")
+        if p.sleep:
+            if not self._ask(p, "power_down"):
+                failed.append("power_down")
+            else:
+                try:  # only to say so: the request is made either way
+                    after = parse_nodes(self.runner.out(nodes_oneliner_argv(p.sleep)))
+                except RuntimeFailure:
+                    after = {}
+                late = [n for n in p.sleep if n in after and after[n].busy]
+                if late:
+                    self.log(f"power: {','.join(late)} took a job as it was asked to power down; "
+                             "Slurm cannot withdraw that: it sleeps when its jobs end")
         return failed
+
+    def _ask(self, p: rules.Plan, state: str) -> bool:
+        nodes = p.wake if state == "power_up" else p.sleep
+        r = self.runner.run(node_power_argv(nodes, state), check=False)
+        ok = r.returncode == 0
+        why = "" if ok else f": {str(r.stderr or r.stdout).strip()[:200]}"
+        for pp in p.pools:
+            mine = pp.wake if state == "power_up" else pp.sleep
+            if mine:
+                self.log(f"power: {state} {','.join(mine)} ({pp.pool}: need {pp.need:g}, running "
+                         f"{pp.running:g}, idle {pp.idle}, keep {pp.keep_idle})"
+                         + ("" if ok else " failed" + why))
+        return ok

@@ -150,9 +150,10 @@ def node_names(names: Iterable[str]) -> list[str]:
     return out
 
 
-def nodes_oneliner_argv() -> list[str]:
-    """Every node, one line each (`scontrol -o show node`: State, CPUAlloc, LastBusyTime, ...)."""
-    return ["scontrol", "-o", "show", "node"]
+def nodes_oneliner_argv(names: Sequence[str] = ()) -> list[str]:
+    """Every node (or those named), one line each (`scontrol -o show node`: State, CPUAlloc,
+    LastBusyTime, ...)."""
+    return ["scontrol", "-o", "show", "node"] + ([",".join(node_names(names))] if names else [])
 
 
 def reservations_oneliner_argv() -> list[str]:

@@ -25,7 +25,7 @@ from slurm_hetero.power.methods import Command, DevCluster, Ipmi, PowerError, Re
 from slurm_hetero.power.program import REFUSED, resume, site_nodes, suspend
 from slurm_hetero.power.states import NodeState, parse_busy, parse_nodes, parse_reservations
 from slurm_hetero.site import Site, load_site
-from slurm_hetero.slurm.commands import node_power_argv
+from slurm_hetero.slurm.commands import node_power_argv, nodes_oneliner_argv
 
 ROOT = Path(__file__).resolve().parents[2]
 CAPTURED = ROOT / "tests" / "data" / "captured"
@@ -273,14 +273,26 @@ def test_password_file_must_be_private(tmp_path: Path) -> None:
 # ---- the programs and the keeper, with a fake Slurm -------------------------------------------
 
 class FakeSlurm:
-    """Answers scontrol/squeue from canned text; records what it is asked to run."""
+    """Answers scontrol/squeue from canned text; records what it is asked to run. `later`
+    are the node texts of the following node reads, one per read (the last one stays): what
+    slurmctld says once jobs have started."""
 
-    def __init__(self, nodes: str, busy: str = "", res: str = "No reservations in the system\n"):
+    def __init__(self, nodes: str, busy: str = "", res: str = "No reservations in the system\n",
+                 later: tuple[str, ...] = ()):
         self.answers = {"node": nodes, "squeue": busy, "reservation": res}
+        self.later = list(later)
         self.ran: list[list[str]] = []
 
     def out(self, argv: list[str], **_: object) -> str:
-        return self.answers["squeue" if argv[0] == "squeue" else argv[-1]]
+        if argv[:4] != ["scontrol", "-o", "show", "node"]:
+            return self.answers["squeue" if argv[0] == "squeue" else argv[-1]]
+        text = self.answers["node"]
+        if self.later:
+            self.answers["node"] = self.later.pop(0)
+        if len(argv) == 5:  # the nodes named (a plain comma list, as the keeper writes it)
+            names = set(argv[4].split(","))
+            text = "\n".join(ln for ln in text.splitlines() if ln.split()[0].split("=")[1] in names)
+        return text
 
     def run(self, argv: list[str], **_: object) -> subprocess.CompletedProcess[str]:
         self.ran.append(list(argv))
@@ -363,6 +375,36 @@ def test_keeper_round(site: Site) -> None:
     assert k.round(None) is None  # throttled: once every keep_every(site) seconds
 
 
+def test_keeper_reads_the_nodes_again_before_and_after_powering_down(site: Site) -> None:
+    """A job that starts between the round's read and its request keeps its node up (read
+    again just before); one that starts within the request itself is said, since 22.05
+    cannot withdraw a pending power down."""
+    old = "2026-12-01T22:00:00"
+    idle = [line(n, "IDLE", busy=old) for n in ("pw-cpu01", "pw-cpu02", "pw-cpu03", "pw-npu01")]
+    took_01 = [line("pw-cpu01", "MIXED", 1, busy=old), *idle[1:]]
+    slurm = FakeSlurm("\n".join(idle), later=("\n".join(took_01),))
+    logs: list[str] = []
+    plan = Keeper(site, slurm, log=logs.append, clock=lambda: NOW).round(None)  # type: ignore[arg-type]
+    assert plan is not None and slurm.ran == [node_power_argv(["pw-cpu02"], "power_down")]
+    assert plan.sleep == ["pw-cpu02"]  # what the history records: what was asked
+    assert logs[:2] == ["power: kept pw-cpu01 up: no longer idle since the round read it",
+                        "power: power_down pw-cpu02 (cpu@x86_64: need 0, running 0, idle 3, keep 1)"]
+    assert len(logs) == 2
+    # The job starts as the request is made: the node is asked down, and the log says so.
+    late = [line("pw-cpu01", "MIXED+POWER_DOWN", 1, busy=old), line("pw-cpu02", "IDLE+POWERING_DOWN", busy=old)]
+    slurm = FakeSlurm("\n".join(idle), later=("\n".join(idle), "\n".join(late)))
+    logs.clear()
+    plan = Keeper(site, slurm, log=logs.append, clock=lambda: NOW).round(None)  # type: ignore[arg-type]
+    assert plan is not None and slurm.ran == [node_power_argv(["pw-cpu01", "pw-cpu02"], "power_down")]
+    assert logs[1:] == ["power: pw-cpu01 took a job as it was asked to power down; Slurm cannot withdraw "
+                        "that: it sleeps when its jobs end"]
+    # Every node taken by then: nothing is asked.
+    took_all = [line(n, "ALLOCATED", 2, busy=old) for n in ("pw-cpu01", "pw-cpu02")]
+    slurm = FakeSlurm("\n".join(idle), later=("\n".join(took_all),))
+    plan = Keeper(site, slurm, log=logs.append, clock=lambda: NOW).round(None)  # type: ignore[arg-type]
+    assert plan is not None and slurm.ran == [] and plan.sleep == []
+
+
 def test_keeper_survives_a_bad_answer(site: Site) -> None:
     slurm = FakeSlurm("NodeName=pw-cpu01 State=IDLE LastBusyTime=garbage")
     logs: list[str] = []
@@ -378,3 +420,7 @@ def test_power_argv_checks_names() -> None:
             node_power_argv(bad, "power_down")
     with pytest.raises(ValueError):
         node_power_argv(["a"], "down")
+    assert nodes_oneliner_argv(["a1", "b2"]) == ["scontrol", "-o", "show", "node", "a1,b2"]
+    assert nodes_oneliner_argv() == ["scontrol", "-o", "show", "node"]
+    with pytest.raises(ValueError):
+        nodes_oneliner_argv(["a1 b2"])
