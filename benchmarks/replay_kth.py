@@ -4,8 +4,8 @@ jobs killed before their user's limit, and the replay's own cost in real seconds
 trace hour.
 
     .venv/bin/python benchmarks/replay_kth.py [--windows 3] [--pick spread|busiest] [--min-jobs 30]
-        [--hours 1] [--warmup-hours 1] [--drain-hours 0.5] [--speed 20] [--users root|local]
-        [--trace PATH] [--workdir DIR] [--json OUT]
+        [--first 0] [--hours 1] [--warmup-hours 1] [--drain-hours 0.5] [--speed 20]
+        [--users root|local] [--arms plain,bridge] [--trace PATH] [--workdir DIR] [--json OUT]
 
 Each arm of each window boots its own dev cluster (x--speed clock). The bridge arm gets a
 runtime model trained on the trace's jobs that ended before the window's warm-up. With
@@ -15,7 +15,9 @@ but then the bridge knows no user's history. Windows are spread evenly over the 
 (`--pick spread`, the default), or are the --windows non-overlapping windows with the highest
 demand ÷ capacity (`--pick busiest`, `replay windows`) among those with at least --min-jobs
 submissions: where a queue forms and a scheduler can make a difference. Either way the first
-tenth of the trace is left as the model's history.
+tenth of the trace is left as the model's history. `--first K` skips the first K windows picked
+(to rerun one). `--arms`: plain and any bridge arms (e.g. bridge-nolimits, the model's
+priorities without its limits); each is compared with plain.
 Needs root and the dev cluster's packages (`make deps`). Target: ratio <= 0.7.
 """
 
@@ -33,10 +35,11 @@ from pathlib import Path
 import numpy as np
 
 from slurm_hetero.devcluster.replay import DevReplayCluster
+from slurm_hetero.errors import InputError
 from slurm_hetero.fileio import write_json_atomic
 from slurm_hetero.jobs.trace import KTH_SP2
 from slurm_hetero.replay.metrics import ALL
-from slurm_hetero.replay.run import ARMS, ArmResult, run_arm, train_model
+from slurm_hetero.replay.run import ArmResult, parse_arms, run_arm, train_model
 from slurm_hetero.replay.trace import read_trace
 from slurm_hetero.replay.window import Capacity, Window, busiest, select
 from slurm_hetero.site import load_site
@@ -61,6 +64,8 @@ def main() -> int:
     p.add_argument("--pick", choices=("spread", "busiest"), default="spread")
     p.add_argument("--min-jobs", type=int, default=30,
                    help="--pick busiest: jobs submitted in the window, at least")
+    p.add_argument("--first", type=int, default=0, help="skip the first K windows picked")
+    p.add_argument("--arms", default="plain,bridge", help="plain first, then the arms to compare with it")
     p.add_argument("--hours", type=float, default=1.0)
     p.add_argument("--warmup-hours", type=float, default=1.0)
     p.add_argument("--drain-hours", type=float, default=0.5)
@@ -74,6 +79,14 @@ def main() -> int:
     if not a.trace.exists():
         print(f"no KTH trace at {a.trace}: give --trace", file=sys.stderr)
         return 2
+    try:
+        arms = parse_arms(a.arms)
+    except InputError as e:
+        print(e, file=sys.stderr)
+        return 2
+    if arms[0].name != "plain" or len(arms) < 2:
+        print("--arms: plain first, then at least one arm to compare with it", file=sys.stderr)
+        return 2
     site = load_site(SITE)
     df = read_trace(a.trace)
     lo, hi = float(df["submit"].min()), float(df["submit"].max())
@@ -84,46 +97,51 @@ def main() -> int:
         sub = np.sort(df["submit"].to_numpy())
         found = [(s, r) for s, r in busiest(df, Capacity.of(site), a.hours, 1000) if s >= cutoff and
                  np.searchsorted(sub, s + a.hours * 3600) - np.searchsorted(sub, s) >= a.min_jobs]
-        starts = [s for s, _ in found][:a.windows]
+        starts = [s for s, _ in found][a.first:a.first + a.windows]
         print("busiest windows (demand/capacity): " + ", ".join(f"{s} ({r:.2f})" for s, r in found
                                                                 if s in starts))
     else:
-        starts = [int(lo + (hi - lo) * (0.1 + 0.8 * (i + 0.5) / a.windows)) for i in range(a.windows)]
+        n = a.first + a.windows
+        starts = [int(lo + (hi - lo) * (0.1 + 0.8 * (i + 0.5) / n)) for i in range(a.first, n)]
     base = a.workdir or Path(tempfile.mkdtemp(prefix="replay-kth-", dir="/var/tmp"))
     base.mkdir(parents=True, exist_ok=True)
     os.chmod(base, 0o755)  # --users local: jobs of other users run in here
-    ratios: list[float] = []
+    ratios: dict[str, list[float]] = {arm.name: [] for arm in arms[1:]}
     saved: list[dict[str, object]] = []
     print(f"{a.trace.name} replay: {len(starts)} {a.pick} window(s) of {a.hours:g} h (+{a.warmup_hours:g} h "
           f"warm-up, drain <= {a.drain_hours:g} h) at x{a.speed:g}, users={a.users}, in {base}")
     for i, start in enumerate(starts):
         w = Window(start, a.hours, a.warmup_hours)
         sel = select(df, w, Capacity.of(site))
-        model = train_model(df, w, base / f"w{i}" / "predict.lua", users=a.users)
+        model = (train_model(df, w, base / f"w{i}" / "predict.lua", users=a.users)
+                 if any(arm.model for arm in arms) else None)
         res: dict[str, ArmResult] = {}
-        for name in ("plain", "bridge"):
+        for arm in arms:
             t = time.monotonic()
-            res[name] = run_arm(DevReplayCluster, base / f"w{i}" / name, site, sel, w, ARMS[name], a.speed,
-                                model, drain_hours=a.drain_hours, users=a.users)
-            print(f"  window {i} ({w.start}) {name}: {time.monotonic() - t:.0f} s real", flush=True)
+            res[arm.name] = run_arm(DevReplayCluster, base / f"w{i}" / arm.name, site, sel, w, arm, a.speed,
+                                    model if arm.model else None, drain_hours=a.drain_hours, users=a.users)
+            print(f"  window {i} ({w.start}) {arm.name}: {time.monotonic() - t:.0f} s real", flush=True)
         if a.json:
             saved.append({"start": w.start, "arms": {k: r.to_json() for k, r in res.items()}})
             write_json_atomic(str(a.json), {"trace": a.trace.name, "windows": saved}, indent=1)
-        fp, fb = res["plain"].figures[ALL], res["bridge"].figures[ALL]
-        ratio = (fb.ave_bsld / fp.ave_bsld) if fp.ave_bsld and fb.ave_bsld is not None else float("nan")
-        if not math.isnan(ratio):
-            ratios.append(ratio)
+        fp = res["plain"].figures[ALL]
         print(f"window {i} start {w.start}: {fp.jobs} jobs measured ({len(sel.jobs)} replayed)")
-        for name, f in (("plain", fp), ("bridge", fb)):
-            r = res[name]
+        for name, r in res.items():
+            f = r.figures[ALL]
             bsld = f.ave_bsld if f.ave_bsld is not None else float("nan")
-            print(f"  {name:6s} AVEbsld {bsld:7.2f}  mean wait {f.wait_mean or 0:7.0f} s"
+            print(f"  {name:15s} AVEbsld {bsld:7.2f}  mean wait {f.wait_mean or 0:7.0f} s"
                   f"  p90 {f.wait_p90 or 0:7.0f} s  util {100 * (f.utilisation or 0):5.1f}%"
                   f"  killed at limit {f.killed_at_limit}  early {f.killed_early}  unfinished {f.unfinished}"
                   f"  predicted {f.predicted}  {r.real_s_per_trace_hour:.0f} real s / trace h")
-        print(f"  bridge AVEbsld / plain AVEbsld = {ratio:.2f}")
-    shown = interval(ratios) if len(ratios) > 1 else ", ".join(f"{r:.2f}" for r in ratios)
-    print(f"bridge ÷ plain AVEbsld: {shown} (target <= 0.7)")
+        for name in ratios:
+            fb = res[name].figures[ALL]
+            ratio = (fb.ave_bsld / fp.ave_bsld) if fp.ave_bsld and fb.ave_bsld is not None else float("nan")
+            if not math.isnan(ratio):
+                ratios[name].append(ratio)
+            print(f"  {name} AVEbsld / plain AVEbsld = {ratio:.2f}")
+    for name, values in ratios.items():
+        shown = interval(values) if len(values) > 1 else ", ".join(f"{r:.2f}" for r in values)
+        print(f"{name} ÷ plain AVEbsld: {shown}" + (" (target <= 0.7)" if name == "bridge" else ""))
     return 0
 
 

@@ -66,12 +66,17 @@ class Arm:
     # Accelerator jobs do work at their pool's speed, checkpoint and resume (submit.WorkSpec).
     work: bool = False
     migrate_running: bool = False  # migration.running on too: checkpointed jobs move while running
+    # The model's limits in backfill (partitions with predicted_limits) as the site says; off:
+    # the model only orders the queue (SiteFactor), every job keeps its user's limit.
+    predicted_limits: bool = True
 
 
 ARMS = {
     "plain": Arm("plain", bridge=False, model=False),
     "bridge": Arm("bridge", bridge=True, model=True),
     "bridge-nomodel": Arm("bridge-nomodel", bridge=True, model=False),
+    # The model's priorities without its limits: which of the two a bridge arm's change is.
+    "bridge-nolimits": Arm("bridge-nolimits", bridge=True, model=True, predicted_limits=False),
     # bridge-nomodel with pending-job migration (issue 16): compare it with bridge-nomodel
     "bridge-migrate": Arm("bridge-migrate", bridge=True, model=False, migrate=True),
     # With work bodies (a job on a faster pool ends sooner; a requeued one resumes): without
@@ -213,16 +218,37 @@ def migrating_site(site: Site, where: Path, running: bool = False) -> Site:
     from its file)."""
     if site.migration.pending and (site.migration.running or not running):
         return site
+    on = {"pending": True, **({"running": True} if running else {})}
+
+    def change(data: dict[str, Any]) -> None:
+        data["migration"] = {**(data.get("migration") or {}), **on}
+
+    return rewritten_site(site, where, f"migration {', '.join(on)} on", change)
+
+
+def unlimited_site(site: Site, where: Path) -> Site:
+    """The site with predicted_limits off on every partition: jobs keep their users' limits."""
+    if not any(p.predicted_limits for p in site.partitions):
+        return site
+
+    def change(data: dict[str, Any]) -> None:
+        for part in data.get("partitions") or []:
+            if isinstance(part, dict):
+                part["predicted_limits"] = False
+
+    return rewritten_site(site, where, "predicted_limits off", change)
+
+
+def rewritten_site(site: Site, where: Path, what: str, change: Callable[[dict[str, Any]], None]) -> Site:
+    """The site's file with `change` made, written at `where` and loaded from there."""
     if site.path is None:
-        raise InputError("the migrating arms need a site loaded from a file")
+        raise InputError(f"an arm with {what} needs a site loaded from a file")
     from slurm_hetero.site import load_site
 
     data = yaml.safe_load(site.path.read_text(encoding="utf-8")) or {}
-    on = {"pending": True, **({"running": True} if running else {})}
-    data["migration"] = {**(data.get("migration") or {}), **on}
+    change(data)
     where.parent.mkdir(parents=True, exist_ok=True)
-    write_atomic(str(where), f"# the replayed site with migration {', '.join(on)} on\n"
-                 + yaml.safe_dump(data, sort_keys=False))
+    write_atomic(str(where), f"# the replayed site with {what}\n" + yaml.safe_dump(data, sort_keys=False))
     return load_site(where)
 
 
@@ -285,6 +311,8 @@ def run_arm(factory: ClusterFactory, workdir: Path, site: Site, sel: Selection, 
             say(f"created {len(made)} local users for the trace's users ({made[0]}, ...)")
     if arm.migrate:
         site = migrating_site(site, workdir.with_name(f"{workdir.name}.site.yaml"), arm.migrate_running)
+    if not arm.predicted_limits:
+        site = unlimited_site(site, workdir.with_name(f"{workdir.name}.site.yaml"))
     t_start = time.monotonic()
     cluster = factory(workdir)
     try:

@@ -13,7 +13,7 @@ from click.testing import CliRunner
 from slurm_hetero.errors import InputError
 from slurm_hetero.replay import alibaba
 from slurm_hetero.replay.cli import replay_group
-from slurm_hetero.replay.run import ARMS, migrating_site, parse_arms, request_for
+from slurm_hetero.replay.run import ARMS, migrating_site, parse_arms, request_for, unlimited_site
 from slurm_hetero.replay.submit import sbatch_argv
 from slurm_hetero.replay.trace import is_pods, read_trace, read_trace_counted, select_for
 from slurm_hetero.replay.window import Capacity, ModelMix, ReplayJob, Window, select
@@ -217,6 +217,22 @@ def test_bridge_migrate_runs_on_the_site_with_pending_migration(tmp_path: Path) 
     assert [g.names for g in moved.node_groups] == [g.names for g in site.node_groups]
     assert migrating_site(moved, tmp_path / "again.yaml") is moved  # already on: unchanged
     assert not (tmp_path / "again.yaml").exists()
+
+
+def test_bridge_nolimits_keeps_the_model_but_every_users_limit(tmp_path: Path) -> None:
+    from slurm_hetero.conf.render import render_site
+
+    arm = ARMS["bridge-nolimits"]
+    assert arm.bridge and arm.model and not arm.predicted_limits and ARMS["bridge"].predicted_limits
+    site = load_site(REPLAY / "kth-site.yaml")
+    assert [p.predicted_limits for p in site.partitions] == [True]
+    off = unlimited_site(site, tmp_path / "arm.site.yaml")
+    assert [p.predicted_limits for p in off.partitions] == [False]
+    assert [(p.name, p.max_time) for p in off.partitions] == [(p.name, p.max_time) for p in site.partitions]
+    assert unlimited_site(off, tmp_path / "again.yaml") is off and not (tmp_path / "again.yaml").exists()
+    on_lua, off_lua = (render_site(s)["job_submit.lua"] for s in (site, off))
+    assert 'local PREDICTED_LIMITS = { ["batch"] = true, }' in on_lua
+    assert "local PREDICTED_LIMITS = { }" in off_lua
 
 
 def test_utilisation_in_normalized_units_and_accelerator_waits() -> None:
