@@ -32,8 +32,6 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
-
 from slurm_hetero.devcluster.replay import DevReplayCluster
 from slurm_hetero.errors import InputError
 from slurm_hetero.fileio import write_json_atomic
@@ -93,10 +91,8 @@ def main() -> int:
     # The first tenth of the trace is history for the model.
     if a.pick == "busiest":
         cutoff = lo + 0.1 * (hi - lo) + a.warmup_hours * 3600
-        # Demand alone picks hours of a few huge jobs (nothing to schedule): --min-jobs too.
-        sub = np.sort(df["submit"].to_numpy())
-        found = [(s, r) for s, r in busiest(df, Capacity.of(site), a.hours, 1000) if s >= cutoff and
-                 np.searchsorted(sub, s + a.hours * 3600) - np.searchsorted(sub, s) >= a.min_jobs]
+        found = busiest(df, Capacity.of(site), a.hours, a.first + a.windows, min_jobs=a.min_jobs,
+                        not_before=cutoff)
         starts = [s for s, _ in found][a.first:a.first + a.windows]
         print("busiest windows (demand/capacity): " + ", ".join(f"{s} ({r:.2f})" for s, r in found
                                                                 if s in starts))

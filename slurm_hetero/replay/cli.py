@@ -259,21 +259,30 @@ def replay_group(factory: Callable[[Path], Any]) -> click.Group:
     @required_site_option
     @click.option("--hours", type=float, default=1.0, show_default=True)
     @click.option("--count", type=int, default=5, show_default=True)
+    @click.option("--min-jobs", type=int, default=0, show_default=True,
+                  help="Only windows with at least this many submissions (demand alone may pick "
+                       "hours of a few huge jobs, where no scheduler has a choice).")
     @reports_errors
-    def windows_cmd(trace: Path, site_path: Path, hours: float, count: int) -> None:
+    def windows_cmd(trace: Path, site_path: Path, hours: float, count: int, min_jobs: int) -> None:
         """The COUNT non-overlapping windows with the highest demand ÷ capacity: the work
         of the jobs submitted in each (to their end or the window's), over what the site
         holds, the larger of GPUs and CPUs, with (for the Alibaba pods) what the pods still
-        running at its start ran in it; from the trace alone."""
+        running at its start ran in it; from the trace alone. Each line says how many jobs
+        were submitted in it."""
         from slurm_hetero.replay.trace import is_pods, read_trace
         from slurm_hetero.replay.window import Capacity, busiest
         from slurm_hetero.site import load_site
 
         site = load_site(site_path)
         df = read_trace(trace)
-        found = busiest(df, Capacity.of(site), hours, count, carry_over=is_pods(df))
+        found = busiest(df, Capacity.of(site), hours, count, carry_over=is_pods(df), min_jobs=min_jobs)
+        if not found:
+            why = f"has {min_jobs} or more submissions" if min_jobs else "has any demand"
+            console.print(f"no window of {hours:g} h {why}", markup=False, highlight=False)
+        submit = df["submit"]
         for k, (start, ratio) in enumerate(found, 1):
-            console.print(f"busiest:{k}  start {start}  demand/capacity {ratio:.3f}",
+            n = int(((submit >= start) & (submit < start + round(hours * 3600))).sum())
+            console.print(f"busiest:{k}  start {start}  demand/capacity {ratio:.3f}  jobs {n}",
                           markup=False, highlight=False)
 
     return replay

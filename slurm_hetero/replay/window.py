@@ -362,18 +362,27 @@ def demand_ratios(df: pd.DataFrame, capacity: Capacity, hours: float, step_s: in
 
 
 def busiest(df: pd.DataFrame, capacity: Capacity, hours: float, count: int,
-            step_s: int | None = None, carry_over: bool = False) -> list[tuple[int, float]]:
+            step_s: int | None = None, carry_over: bool = False, min_jobs: int = 0,
+            not_before: float | None = None) -> list[tuple[int, float]]:
     """The `count` non-overlapping windows of `hours` with the highest demand ÷ capacity
-    (`demand_ratios`), busiest first: (start, ratio)."""
+    (`demand_ratios`), busiest first: (start, ratio). Only windows with at least `min_jobs`
+    submissions (demand alone picks hours of a few huge jobs, where no scheduler has a
+    choice) and none starting before `not_before` (the model's history)."""
     if count < 1:
         raise InputError(f"--count {count}: give 1 or more")
+    if min_jobs < 0:
+        raise InputError(f"--min-jobs {min_jobs}: give 0 or more")
     starts, ratio = demand_ratios(df, capacity, hours, step_s, carry_over)
     span = round(hours * 3600)
+    submit = np.sort(df.loc[df["submit"].notna(), "submit"].to_numpy(dtype="float64"))
+    jobs = np.searchsorted(submit, starts + span, side="left") - np.searchsorted(submit, starts, side="left")
     chosen: list[tuple[int, float]] = []
     for i in np.argsort(-ratio, kind="stable"):
         s = int(starts[i])
         if ratio[i] <= 0 or len(chosen) == count:
             break
+        if jobs[i] < min_jobs or (not_before is not None and s < not_before):
+            continue
         if all(abs(s - c) >= span for c, _ in chosen):
             chosen.append((s, float(ratio[i])))
     return chosen

@@ -43,6 +43,18 @@ def test_the_busy_hour_is_found_first() -> None:
     assert all(abs(a - b) >= 3600 for i, a in enumerate(starts) for b in starts[i + 1:])
 
 
+def test_min_jobs_and_not_before_skip_windows_without_a_choice() -> None:
+    # 06:00: one 10-GPU job filling the hour (ratio 1, one job); 15:00: 20 one-GPU jobs.
+    df = trace([(h * 3600.0, 600.0, 1.0, 0.0) for h in range(24)] + [(6 * 3600.0, 3600.0, 1.0, 10.0)]
+               + [(15 * 3600 + 60.0 * i, 3000.0, 2.0, 1.0) for i in range(20)])
+    assert [s for s, _ in busiest(df, CAP, 1.0, 2)] == [15 * 3600, 6 * 3600]
+    assert [s for s, _ in busiest(df, CAP, 1.0, 2, min_jobs=3)][0] == 15 * 3600
+    assert 6 * 3600 not in [s for s, _ in busiest(df, CAP, 1.0, 5, min_jobs=3)]
+    assert all(s >= 16 * 3600 for s, _ in busiest(df, CAP, 1.0, 3, not_before=16 * 3600))
+    with pytest.raises(InputError, match="--min-jobs -1"):
+        busiest(df, CAP, 1.0, 1, min_jobs=-1)
+
+
 def test_ratio_counts_work_inside_the_window_only() -> None:
     # One 2-hour job of 10 GPUs: half of it falls in a 1-hour window that starts with it.
     df = trace([(0.0, 7200.0, 1.0, 10.0), (7200.0, 60.0, 1.0, 0.0)])
@@ -91,5 +103,17 @@ def test_windows_command_prints_the_busiest() -> None:
     assert r.exit_code == 0, r.output
     lines = r.output.splitlines()
     assert len(lines) == 2 and lines[0].startswith("busiest:1  start ")
-    first, second = (float(ln.split()[-1]) for ln in lines)
+    first, second = (float(ln.split()[-3]) for ln in lines)
     assert first >= second > 0
+    jobs = [int(ln.split()[-1]) for ln in lines]
+    r = CliRunner().invoke(replay_group(lambda _w: None), [
+        "windows", "--trace", str(data / "traces" / "alibaba-gpu-2023-head-pods.csv"),
+        "--site", str(data / "replay" / "alibaba-site-small.yaml"), "--hours", "1", "--count", "2",
+        "--min-jobs", str(max(jobs) + 1)])
+    assert r.exit_code == 0, r.output
+    more = [int(ln.split()[-1]) for ln in r.output.splitlines()]
+    assert len(more) == 2 and min(more) > max(jobs), r.output  # 14 and 13 jobs, not 10 and 9
+    r = CliRunner().invoke(replay_group(lambda _w: None), [
+        "windows", "--trace", str(data / "traces" / "alibaba-gpu-2023-head-pods.csv"),
+        "--site", str(data / "replay" / "alibaba-site-small.yaml"), "--min-jobs", "1000"])
+    assert r.exit_code == 0 and r.output == "no window of 1 h has 1000 or more submissions\n", r.output
