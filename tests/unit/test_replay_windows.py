@@ -48,7 +48,7 @@ def test_min_jobs_and_not_before_skip_windows_without_a_choice() -> None:
     df = trace([(h * 3600.0, 600.0, 1.0, 0.0) for h in range(24)] + [(6 * 3600.0, 3600.0, 1.0, 10.0)]
                + [(15 * 3600 + 60.0 * i, 3000.0, 2.0, 1.0) for i in range(20)])
     assert [s for s, _ in busiest(df, CAP, 1.0, 2)] == [15 * 3600, 6 * 3600]
-    assert [s for s, _ in busiest(df, CAP, 1.0, 2, min_jobs=3)][0] == 15 * 3600
+    assert next(s for s, _ in busiest(df, CAP, 1.0, 2, min_jobs=3)) == 15 * 3600
     assert 6 * 3600 not in [s for s, _ in busiest(df, CAP, 1.0, 5, min_jobs=3)]
     assert all(s >= 16 * 3600 for s, _ in busiest(df, CAP, 1.0, 3, not_before=16 * 3600))
     with pytest.raises(InputError, match="--min-jobs -1"):
