@@ -6,6 +6,7 @@ trace hour.
     .venv/bin/python benchmarks/replay_kth.py [--windows 3] [--pick spread|busiest] [--min-jobs 30]
         [--first 0] [--hours 1] [--warmup-hours 1] [--drain-hours 0.5] [--speed 20]
         [--users root|local] [--arms plain,bridge] [--trace PATH] [--workdir DIR] [--json OUT]
+    .venv/bin/python benchmarks/replay_kth.py --breakdown OUT.json   (a saved run, again)
 
 Each arm of each window boots its own dev cluster (x--speed clock). The bridge arm gets a
 runtime model trained on the trace's jobs that ended before the window's warm-up. With
@@ -17,7 +18,9 @@ demand ÷ capacity (`--pick busiest`, `replay windows`) among those with at leas
 submissions: where a queue forms and a scheduler can make a difference. Either way the first
 tenth of the trace is left as the model's history. `--first K` skips the first K windows picked
 (to rerun one). `--arms`: plain and any bridge arms (e.g. bridge-nolimits, the model's
-priorities without its limits); each is compared with plain.
+priorities without its limits); each is compared with plain. After each window, where the
+difference is: AVEbsld and mean wait by job width and by runtime, and how the model's upper
+quantile compared with what each job ran.
 Needs root and the dev cluster's packages (`make deps`). Target: ratio <= 0.7.
 """
 
@@ -36,7 +39,7 @@ from slurm_hetero.devcluster.replay import DevReplayCluster
 from slurm_hetero.errors import InputError
 from slurm_hetero.fileio import write_json_atomic
 from slurm_hetero.jobs.trace import KTH_SP2
-from slurm_hetero.replay.metrics import ALL
+from slurm_hetero.replay.metrics import ALL, Outcome, bsld
 from slurm_hetero.replay.run import ArmResult, parse_arms, run_arm, train_model
 from slurm_hetero.replay.trace import read_trace
 from slurm_hetero.replay.window import Capacity, Window, busiest, select
@@ -56,6 +59,47 @@ def interval(values: list[float]) -> str:
     return f"{m:.2f} [{m - h:.2f}, {m + h:.2f}] (95% t-interval over {len(values)} windows)"
 
 
+WIDTHS = ((1, 1), (2, 8), (9, 32), (33, 10**6))
+RUNS = ((0, 600, "< 10 min"), (600, 3600, "10-60 min"), (3600, 10**9, ">= 1 h"))
+
+
+def breakdown(res: dict[str, ArmResult]) -> None:
+    """Per arm, where AVEbsld comes from (measured jobs by width and by runtime), and for
+    arms with a model how its p90 compared with the runtime (under: the job ran longer, so
+    its shortened limit had to be extended and backfill had planned with too short a job)."""
+    def groups(outs: list[Outcome]) -> list[tuple[str, list[Outcome]]]:
+        by_w = [(f"{lo}-{hi} CPUs" if hi < 10**6 else f">= {lo} CPUs",
+                 [o for o in outs if lo <= o.cpus <= hi]) for lo, hi in WIDTHS]
+        return by_w + [(name, [o for o in outs if lo <= o.runtime_s < hi]) for lo, hi, name in RUNS]
+
+    def slowdown(o: Outcome, end_now: float) -> float:
+        if o.start is None:  # never started: its wait so far, its expected run (as metrics.figures)
+            return bsld(max(0.0, end_now - o.due), float(o.expected_s))
+        return bsld(o.wait or 0.0, o.run if o.run is not None else float(o.expected_s))
+
+    measured = {k: [o for o in r.outcomes if o.measured] for k, r in res.items()}
+    names = list(res)
+    print("    " + " " * 12 + "".join(f"{n:>26s}" for n in names) + "   (jobs, AVEbsld, mean wait s)")
+    for i, (label, _) in enumerate(groups(measured[names[0]])):
+        cells = []
+        for n in names:
+            g = groups(measured[n])[i][1]
+            sl = [slowdown(o, res[n].end_now) for o in g]
+            waits = [o.wait for o in g if o.wait is not None]
+            cells.append(f"{len(g):4d} {statistics.mean(sl) if sl else float('nan'):8.2f} "
+                         f"{statistics.mean(waits) if waits else float('nan'):8.0f}    ")
+        print(f"    {label:12s}" + "".join(f"{c:>26s}" for c in cells))
+    for n, outs in measured.items():
+        pred = [(o, o.predicted_s) for o in outs if o.predicted_s]
+        if not pred:
+            continue
+        under = sum(1 for o, p90 in pred if o.runtime_s > p90)
+        ratio = sorted(p90 / max(o.runtime_s, 1) for o, p90 in pred)
+        print(f"    {n}: {len(pred)} predicted; ran longer than p90: {under} "
+              f"({100 * under / len(pred):.0f}%); p90 / runtime median {ratio[len(ratio) // 2]:.2f},"
+              f" p10 {ratio[len(ratio) // 10]:.2f}")
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--windows", type=int, default=1)
@@ -73,7 +117,16 @@ def main() -> int:
     p.add_argument("--workdir", type=Path, default=None)
     p.add_argument("--json", type=Path, default=None,
                    help="write every arm's result there, after each window")
+    p.add_argument("--breakdown", type=Path, default=None,
+                   help="print the breakdown of a run saved with --json, then exit")
     a = p.parse_args()
+    if a.breakdown:
+        import json
+
+        for w in json.loads(a.breakdown.read_text())["windows"]:
+            print(f"window {w['start']}:")
+            breakdown({k: ArmResult.from_json(v) for k, v in w["arms"].items()})
+        return 0
     if not a.trace.exists():
         print(f"no KTH trace at {a.trace}: give --trace", file=sys.stderr)
         return 2
@@ -135,6 +188,7 @@ def main() -> int:
             if not math.isnan(ratio):
                 ratios[name].append(ratio)
             print(f"  {name} AVEbsld / plain AVEbsld = {ratio:.2f}")
+        breakdown(res)
     for name, values in ratios.items():
         shown = interval(values) if len(values) > 1 else ", ".join(f"{r:.2f}" for r in values)
         print(f"{name} ÷ plain AVEbsld: {shown}" + (" (target <= 0.7)" if name == "bridge" else ""))
