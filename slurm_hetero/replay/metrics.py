@@ -167,7 +167,9 @@ class PoolFigures:
     killed_early: int = 0
     failed: int = 0
     unfinished: int = 0
-    predicted: int = 0  # jobs the bridge gave a runtime prediction
+    # Jobs the bridge gave a runtime prediction, of those that ended: 22.05 hands slurmdbd the
+    # admin comment only at a job's end (sacct shows it empty for pending and running jobs).
+    predicted: int = 0
     bad_states: dict[str, int] = field(default_factory=dict)
     # Accelerator work in normalized units (site catalog): unit-hours used inside the window
     # and what the pool holds in it; ALL sums every accelerator pool. None: no units known.
