@@ -167,8 +167,8 @@ class PoolFigures:
     killed_early: int = 0
     failed: int = 0
     unfinished: int = 0
-    # Jobs the bridge gave a runtime prediction, of those that ended: 22.05 hands slurmdbd the
-    # admin comment only at a job's end (sacct shows it empty for pending and running jobs).
+    # Jobs the bridge gave a runtime prediction (those that had not ended when the replay
+    # stopped: from slurmctld, sacct.with_live_comments).
     predicted: int = 0
     bad_states: dict[str, int] = field(default_factory=dict)
     # Accelerator work in normalized units (site catalog): unit-hours used inside the window

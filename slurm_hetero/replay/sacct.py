@@ -17,6 +17,7 @@ from slurm_hetero.errors import RuntimeFailure
 from slurm_hetero.slurm.commands import sacct_window_argv
 from slurm_hetero.slurm.comment import parse_comment
 from slurm_hetero.slurm.runner import Runner
+from slurm_hetero.slurm.squeue import parse_squeue_json
 
 FIELDS = ("JobIDRaw", "Partition", "AllocCPUS", "AllocTRES", "NodeList", "Submit", "Eligible",
           "Start", "End", "ElapsedRaw", "TimelimitRaw", "State", "AdminComment")
@@ -124,6 +125,16 @@ def by_job(rows: list[JobRecord]) -> dict[str, JobRecord]:
     for r in rows:
         groups.setdefault(r.job_id, []).append(r)
     return {jid: dataclasses.replace(g[-1], earlier=tuple(g[:-1])) for jid, g in groups.items()}
+
+
+def with_live_comments(records: dict[str, JobRecord], squeue_json: str) -> dict[str, JobRecord]:
+    """Records whose admin comment sacct left empty get slurmctld's (`squeue --json`): 22.05
+    gives slurmdbd the admin comment only when a job ends, so the bridge's decision for the
+    jobs still pending or running when the replay stops is read from slurmctld."""
+    jobs, _ = parse_squeue_json(squeue_json)
+    live = {str(j.job_id): j.admin_comment for j in jobs if j.admin_comment}
+    return {k: dataclasses.replace(r, admin=parse_comment(live[k])) if not r.admin and k in live else r
+            for k, r in records.items()}
 
 
 def fetch_text(runner: Runner, since: float, until: float) -> str:

@@ -64,6 +64,22 @@ def test_parse_rows_reads_epoch_times_states_and_the_bridge_comment_whole() -> N
     assert len(FIELDS) == 13
 
 
+def test_live_jobs_get_their_admin_comment_from_slurmctld() -> None:
+    """sacct (22.05) has no admin comment for a job that has not ended: the replay takes it
+    from `squeue --json` (captured on the demo cluster: job 7 RUNNING with the bridge's)."""
+    from slurm_hetero.replay.sacct import by_job, with_live_comments
+
+    rows = by_job(parse_rows("\n".join([
+        row("6", T0, None, state="RUNNING"), row("7", T0, None, state="RUNNING"),
+        row("8", None, None, state="PENDING"), row("9", T0, T0 + 60, admin='{"hetero":1,"pred":{"p90":90}}'),
+    ]) + "\n"))
+    assert all(not rows[k].admin for k in "678")
+    live = with_live_comments(rows, (DATA / "captured" / "squeue-json-22.05.json").read_text())
+    assert live["7"].admin["pool"] == "v100@x86_64" and live["7"].admin["accel"] == "any:1"
+    assert live["6"].admin == {} and live["8"].admin == {}  # none in slurmctld either
+    assert live["9"] is rows["9"]  # ended: sacct's own comment stays
+
+
 def test_figures_bsld_waits_utilisation_and_kills(kth: Site) -> None:
     jobs = [rj("a", 0, 60), rj("b", 0, 600, limit_min=5, cpus=50), rj("c", 100, 5), rj("d", 100, 100),
             rj("w", -500, 1000, cpus=25, measured=False)]
