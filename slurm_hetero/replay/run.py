@@ -341,7 +341,9 @@ def run_arm(factory: ClusterFactory, workdir: Path, site: Site, sel: Selection, 
         deadline = None if drain_hours is None else t0 + (window.hours + drain_hours) * 3600
         all_ended = sub.drain(deadline)
         end_now = clock.now()
-        text = sacct.fetch_text(runner, t0 + first - 3600, end_now + 3600)
+        since, until = t0 + first - 3600, end_now + 3600
+        text = (sacct.fetch_settled(runner, since, until) if all_ended
+                else sacct.fetch_text(runner, since, until))
         (cluster.workdir / "sacct.psv").write_text(text)
         records = sacct.by_job(sacct.parse_rows(text))
         replay_s = time.monotonic() - t_replay

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -141,3 +142,29 @@ def fetch_text(runner: Runner, since: float, until: float) -> str:
     """sacct's text for `parse_rows` (kept beside each arm's cluster, for a second look)."""
     r = dataclasses.replace(runner, extra_env={**runner.extra_env, "SLURM_TIME_FORMAT": "%s"})
     return r.out(sacct_argv(since, until), timeout=120)
+
+
+# A job's last incarnation in one of these has not been booked as ended (REQUEUED last: the
+# next incarnation is not booked yet).
+NOT_ENDED = frozenset({"PENDING", "RUNNING", "SUSPENDED", "COMPLETING", "CONFIGURING", "RESIZING",
+                       "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED"})
+
+
+def not_ended(text: str) -> list[str]:
+    """Jobs of sacct's text whose last incarnation has no final state."""
+    return sorted(jid for jid, r in by_job(parse_rows(text)).items() if r.state in NOT_ENDED)
+
+
+def fetch_settled(runner: Runner, since: float, until: float, wait_s: float = 60.0,
+                  clock: Callable[[], float] = time.monotonic,
+                  sleep: Callable[[float], None] = time.sleep) -> str:
+    """sacct's text once slurmdbd has booked every job's end, for a replay whose jobs have
+    all left slurmctld's queue: slurmctld tells slurmdbd of an end a moment later, and a read
+    in between shows a job that ended as RUNNING. After `wait_s` real seconds the text is
+    taken as it is (and the figures then say what did not end)."""
+    deadline = clock() + wait_s
+    while True:
+        text = fetch_text(runner, since, until)
+        if not not_ended(text) or clock() >= deadline:
+            return text
+        sleep(1.0)

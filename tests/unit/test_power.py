@@ -403,6 +403,21 @@ def test_keeper_reads_the_nodes_again_before_and_after_powering_down(site: Site)
     slurm = FakeSlurm("\n".join(idle), later=("\n".join(took_all),))
     plan = Keeper(site, slurm, log=logs.append, clock=lambda: NOW).round(None)  # type: ignore[arg-type]
     assert plan is not None and slurm.ran == [] and plan.sleep == []
+    # slurmctld stops answering between the reads: nothing sleeps this round, the round stands.
+    from slurm_hetero.errors import RuntimeFailure
+
+    class Gone(FakeSlurm):
+        def out(self, argv: list[str], **kw: object) -> str:
+            if len(argv) == 5:
+                raise RuntimeFailure("scontrol: Unable to contact slurm controller")
+            return super().out(argv, **kw)
+
+    slurm = Gone("\n".join(idle))
+    logs.clear()
+    plan = Keeper(site, slurm, log=logs.append, clock=lambda: NOW).round(None)  # type: ignore[arg-type]
+    assert plan is not None and slurm.ran == [] and plan.sleep == []
+    assert logs == ["power: kept pw-cpu01,pw-cpu02 up: could not read them again: "
+                    "scontrol: Unable to contact slurm controller"]
 
 
 def test_keeper_survives_a_bad_answer(site: Site) -> None:

@@ -64,6 +64,34 @@ def test_parse_rows_reads_epoch_times_states_and_the_bridge_comment_whole() -> N
     assert len(FIELDS) == 13
 
 
+def test_sacct_is_read_again_until_slurmdbd_has_booked_every_end(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A replay whose jobs all left slurmctld's queue reads sacct until none shows RUNNING
+    (slurmdbd hears of an end a moment after slurmctld), or gives up after wait_s."""
+    from slurm_hetero.replay.sacct import fetch_settled, not_ended
+    from slurm_hetero.slurm.runner import Runner
+    from tests.fakeslurm import FakeSlurm
+
+    booked = [row("1", T0, T0 + 60), row("2", T0, T0 + 30, state="REQUEUED"), row("2", T0 + 40, None, "RUNNING")]
+    ended = [*booked[:2], row("2", T0 + 40, T0 + 90)]
+    answers = iter(["\n".join(booked) + "\n"] * 2 + ["\n".join(ended) + "\n"])
+    slurm = FakeSlurm(monkeypatch).on("sacct", lambda argv, env: next(answers))
+    now = [0.0]
+    naps: list[float] = []
+
+    def nap(s: float) -> None:
+        naps.append(s)
+        now[0] += s
+
+    text = fetch_settled(Runner(), T0, T0 + 100, wait_s=10, clock=lambda: now[0], sleep=nap)
+    assert not_ended(text) == [] and naps == [1.0, 1.0] and len(slurm.argvs("sacct")) == 3
+    assert not_ended("\n".join(booked) + "\n") == ["2"]
+    # slurmdbd never catches up: the last text after wait_s, its job still RUNNING.
+    FakeSlurm(monkeypatch).on("sacct", "\n".join(booked) + "\n")
+    now[0], naps[:] = 0.0, []
+    assert not_ended(fetch_settled(Runner(), T0, T0 + 100, wait_s=3, clock=lambda: now[0], sleep=nap)) == ["2"]
+    assert naps == [1.0, 1.0, 1.0]
+
+
 def test_live_jobs_get_their_admin_comment_from_slurmctld() -> None:
     """sacct (22.05) has no admin comment for a job that has not ended: the replay takes it
     from `squeue --json` (captured on the demo cluster: job 7 RUNNING with the bridge's)."""
