@@ -39,7 +39,7 @@ from slurm_hetero.devcluster.replay import DevReplayCluster
 from slurm_hetero.errors import InputError
 from slurm_hetero.fileio import write_json_atomic
 from slurm_hetero.jobs.trace import KTH_SP2
-from slurm_hetero.replay.metrics import ALL, Outcome, bsld
+from slurm_hetero.replay.metrics import ALL, Outcome, slowdown
 from slurm_hetero.replay.run import ArmResult, parse_arms, run_arm, train_model
 from slurm_hetero.replay.trace import read_trace
 from slurm_hetero.replay.window import Capacity, Window, busiest, select
@@ -71,11 +71,6 @@ def breakdown(res: dict[str, ArmResult]) -> None:
         by_w = [(f"{lo}-{hi} CPUs" if hi < 10**6 else f">= {lo} CPUs",
                  [o for o in outs if lo <= o.cpus <= hi]) for lo, hi in WIDTHS]
         return by_w + [(name, [o for o in outs if lo <= o.runtime_s < hi]) for lo, hi, name in RUNS]
-
-    def slowdown(o: Outcome, end_now: float) -> float:
-        if o.start is None:  # never started: its wait so far, its expected run (as metrics.figures)
-            return bsld(max(0.0, end_now - o.due), float(o.expected_s))
-        return bsld(o.wait or 0.0, o.run if o.run is not None else float(o.expected_s))
 
     measured = {k: [o for o in r.outcomes if o.measured] for k, r in res.items()}
     names = list(res)

@@ -208,6 +208,15 @@ def usage_by_pool(outs: Iterable[Outcome], lo: float, hi: float, end_now: float)
     return used
 
 
+def slowdown(o: Outcome, end_now: float) -> float:
+    """A job's bounded slowdown when the replay stopped looking at `end_now`."""
+    if o.start is not None:  # still running: it runs what the trace says (its body sleeps that)
+        run = o.run if o.run is not None else float(o.expected_s)
+        return bsld(o.wait or 0.0, run)
+    # never started: its wait so far, its expected run (a lower bound)
+    return bsld(max(0.0, end_now - o.due), float(o.expected_s))
+
+
 def figures(outs: list[Outcome], capacity: Mapping[str, float], t0: float, hours: float,
             end_now: float, units: Mapping[str, float] | None = None) -> dict[str, PoolFigures]:
     """Per pool and ALL: measured jobs' slowdown and waits, every job's use of the window;
@@ -228,13 +237,7 @@ def figures(outs: list[Outcome], capacity: Mapping[str, float], t0: float, hours
         started = [o for o in measured if o.start is not None]
         f.started = len(started)
         waits = [o.wait for o in started if o.wait is not None]
-        slow = []
-        for o in measured:
-            if o.start is not None:  # still running: it runs what the trace says (its body sleeps that)
-                run = o.run if o.run is not None else float(o.expected_s)
-                slow.append(bsld(o.wait or 0.0, run))
-            else:  # never started: its wait so far, its expected run (a lower bound)
-                slow.append(bsld(max(0.0, end_now - o.due), float(o.expected_s)))
+        slow = [slowdown(o, end_now) for o in measured]
         f.ave_bsld = float(np.mean(slow)) if slow else None
         f.wait_mean = float(np.mean(waits)) if waits else None
         f.wait_p50, f.wait_p90 = _q(waits, 0.5), _q(waits, 0.9)
