@@ -6,7 +6,7 @@ there is (no table reads). Numbers are written with Python's shortest round-trip
 which Lua's strtod reads back to the same double, so Lua and LightGBM agree to the bit on
 every comparison and every leaf value.
 
-The per-user table holds `features.STATE` for each user as of the export; the bridge
+The per-user history (one flat array) holds `features.STATE` for each user as of the export; the bridge
 daemon re-exports it from fresh accounting data (`export_text` with a new job table) to
 keep it current; the trees stay the same.
 """
@@ -30,7 +30,7 @@ from slurm_hetero.predict.train import Model
 from slurm_hetero.templating import environment
 
 TEMPLATE = "predict_model.lua.j2"
-USERS_PER_FUNCTION = 400  # x 18 constants each: far below Lua 5.1's 2^18 per function
+USERS_PER_FUNCTION = 400  # x 19 constants each: far below Lua 5.1's 2^18 per function
 MAX_TREE_DEPTH = 48  # Lua 5.1's parser nests at most 200 C levels; each `if` takes a few
 LGB_ZERO = float(np.float32(1e-35))  # LightGBM's kZeroThreshold, a float widened to double
 
@@ -118,13 +118,15 @@ def users_state(df: pd.DataFrame, until: int | None = None) -> tuple[dict[str, l
 
 
 def _users_code(users: dict[str, list[float]]) -> str:
+    """Calls of the template's `user(name, <STATE values>)`, in functions of at most
+    USERS_PER_FUNCTION users each."""
     names = sorted(users)
     blocks = []
     for b in range(0, len(names), USERS_PER_FUNCTION):
         fn = f"users_{b // USERS_PER_FUNCTION + 1}"
-        body = [f'    U[{lua_string(u)}] = {{ {", ".join(lua_number(v) for v in users[u])} }}'
+        body = [f'    add({lua_string(u)}, {", ".join(lua_number(v) for v in users[u])})'
                 for u in names[b:b + USERS_PER_FUNCTION]]
-        blocks.append("\n".join([f"local function {fn}(U)", *body, "end", f"{fn}(USERS)"]))
+        blocks.append("\n".join([f"local function {fn}(add)", *body, "end", f"{fn}(user)"]))
     return "\n".join(blocks)
 
 

@@ -173,8 +173,11 @@ def test_many_and_odd_user_names(lua: Any, model: Model) -> None:
     assert text.count("local function users_") >= 2  # split below Lua 5.1's constants limit
     m = lua.execute(SANDBOX, text)
     state, _ = export_lua.users_state(df)
-    got = m.users[odd]
+    got = m.state(odd)
     assert got is not None and [got[i + 1] for i in range(len(F.STATE))] == state[odd]
+    names = sorted(state)  # the first and the last user of the flat history
+    assert [list(m.state(u).values()) for u in (names[0], names[-1])] == [state[names[0]], state[names[-1]]]
+    assert m.state("nobody") is None
     with pytest.raises(Exception, match="several sources"):
         export_lua.users_state(jobtable.merge(df, synthetic.workload(100, 3, source="x")))
 
