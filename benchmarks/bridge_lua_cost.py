@@ -17,6 +17,11 @@ count, what a submission costs when job_submit/lua first rebuilds slurm.jobs (as
 before every call) in a pass-through script's Lua state and in the bridge's: the garbage of
 that rebuild is collected in the bridge's larger heap.
 
+Also timed cold (--cold-mb): with a buffer larger than the last-level cache read between
+decisions. That is how slurmctld meets each submission: sbatch's fork and exec, munge and
+the state-save files run between two decisions and evict the bridge's code and tables, and
+a decision then costs several times its hot figure (what `--perf --liblua` in
+bridge_throughput.py finds inside slurmctld).
 Under slurmctld every job_desc field read is a C call, which lupa's plain tables do not
 show: benchmarks/bridge_throughput.py measures that side (sdiag).
 """
@@ -96,14 +101,19 @@ class Bench:
             times.append(time.perf_counter_ns() - t0)
             assert rc == 0, self.js.user_lines()[-1:]
 
-    def inner_mean_us(self, n: int) -> float:
+    def inner_mean_us(self, n: int, cold_mb: int = 0) -> float:
+        """Mean per decision, timed inside Lua; with `cold_mb`, a buffer of that many MB is
+        read between decisions (its bytes scanned for one that is not there), so each decision
+        starts with caches filled by something else."""
         return float(self.js.lua.execute(f"""
             local envs, users, proxy = ...
             local submit, n = slurm_job_submit, {n}
             local nu, spent = #users, 0
+            local big = {cold_mb} > 0 and string.rep("x", {cold_mb} * 1048576) or nil
             for i = 1, n do
                 local desc = proxy({{environment = envs[(i % {len(MIX)}) + 1],
                                     user_name = users[(i % nu) + 1], time_limit = 60, min_cpus = 4}})
+                if big then string.find(big, "y", 1, true) end
                 local t0 = os.clock()
                 submit(desc, {{}}, 0)
                 spent = spent + os.clock() - t0
@@ -112,7 +122,8 @@ class Bench:
         """, self.js.lua.table_from(self.envs), self.js.lua.table_from(self.users), self.proxy)) * 1e6
 
 
-def measure(site: Site, model: str | None, users: list[str], n: int, baseline: Path | None) -> None:
+def measure(site: Site, model: str | None, users: list[str], n: int, baseline: Path | None,
+            cold_mb: int = 0, cold_n: int = 1000) -> None:
     with tempfile.TemporaryDirectory() as d:
         now = int(time.time())
         arms = {"current": Bench(render(site, d, model, None), now, users)}
@@ -124,6 +135,7 @@ def measure(site: Site, model: str | None, users: list[str], n: int, baseline: P
             for b in arms.values():
                 b.block(BLOCK)
         inner = {name: b.inner_mean_us(n) for name, b in arms.items()}
+        cold = {name: b.inner_mean_us(cold_n, cold_mb) for name, b in arms.items()} if cold_mb else {}
     what = f"with a runtime model ({len(users)} users in its history)" if model else "without a runtime model"
     print(f"bridge decisions under Lua 5.1 (lupa), {n} decisions per arm, demo site, fresh snapshot, {what}")
     for name, b in arms.items():
@@ -131,6 +143,9 @@ def measure(site: Site, model: str | None, users: list[str], n: int, baseline: P
         med, p99 = statistics.median(t) / 1000, t[int(0.99 * len(t))] / 1000
         print(f"  {name:8s} per call from Python: median {med:.1f} us, p99 {p99:.1f} us; "
               f"mean inside Lua (os.clock, no Python): {inner[name]:.1f} us")
+        if cold:
+            print(f"  {name:8s} cold, {cold_mb} MB read between decisions (slurmctld meets each "
+                  f"submission after sbatch's fork and exec): mean {cold[name]:.1f} us")
     if baseline is not None:
         cur, base = (statistics.median(arms[k].times) for k in ("current", "baseline"))
         print(f"  median current/baseline: {cur / base:.3f} (interleaved blocks of {BLOCK})")
@@ -178,14 +193,18 @@ def main() -> None:
     ap.add_argument("--baseline-bridge", type=Path, help="an older bridge.lua to run interleaved")
     ap.add_argument("--queued", type=int, nargs="*", default=[1000, 5000],
                     help="jobs in slurmctld for the slurm.jobs rebuild measurement")
+    ap.add_argument("--cold-mb", type=int, default=48,
+                    help="also time --cold-n decisions with this many MB read between them, more "
+                         "than the last-level cache (0: no)")
+    ap.add_argument("--cold-n", type=int, default=1000)
     args = ap.parse_args()
     site = load_site(DEMO)
-    measure(site, None, ["user007"], args.n, args.baseline_bridge)
+    measure(site, None, ["user007"], args.n, args.baseline_bridge, args.cold_mb, args.cold_n)
     with tempfile.TemporaryDirectory() as d:
         for u in args.users:
             model = model_file(Path(d), u).read_text()
             names = [f"user{i:03d}" for i in range(40)] if u <= 40 else [f"user{i:05d}" for i in range(u)]
-            measure(site, model, names, args.n, args.baseline_bridge)
+            measure(site, model, names, args.n, args.baseline_bridge, args.cold_mb, args.cold_n)
             for queued in args.queued:
                 queued_cost(site, model, queued, args.baseline_bridge)
 

@@ -28,8 +28,11 @@ Where the time goes, each part on its own:
     and per arm the serial wall time minus slurmctld's RPC time;
   - the Lua decision alone: benchmarks/bridge_lua_cost.py;
   - with --perf N: CPU per submission, sampled by `perf record -a` (cpu-clock, 1 kHz) over N
-    more serial submissions per arm: per process (slurmctld, slurmdbd, MariaDB, munged, the
-    clients, the rest of the machine), and slurmctld's by shared object and heaviest symbols.
+    more serial submissions per arm, each arm from an empty job list: per process (slurmctld,
+    slurmdbd, MariaDB, munged, the clients, the rest of the machine), slurmctld's by shared
+    object and heaviest symbols, Lua's own functions (named with --liblua DIR: a
+    liblua5.1.so.0 built with symbols, e.g. from Debian's lua5.1 source), and the RPCs
+    slurmctld served per submission (the bridge daemon's updates included).
 Prints figures only (target: bridge/plain >= 0.95). Run as root.
 """
 
@@ -156,6 +159,7 @@ class Profile:
     by_dso: dict[str, int]  # slurmctld's samples by shared object
     by_symbol: list[tuple[int, str, str]]  # slurmctld's (samples, dso, symbol), heaviest first
     client_dso: dict[str, int]  # sbatch's samples by shared object
+    rpcs: dict[str, int]  # slurmctld's RPCs by type while the arm ran (sdiag)
 
     def ms_per_job(self, samples: int) -> float:
         return samples / PERF_HZ / self.jobs * 1e3
@@ -164,10 +168,24 @@ class Profile:
 CLIENTS = frozenset({"sbatch", "sh"})  # the submit loop
 
 
+def empty_queue(c: Cluster, timeout: float = 60.0) -> None:
+    """Cancel the held jobs and wait until slurmctld has purged them (MinJobAge=5 here:
+    purged within about 15 s). Before every call, job_submit/lua rebuilds slurm.jobs (once
+    per second: it follows last_job_update) from every job slurmctld holds, finished ones
+    included, so arms profiled one after the other must start from the same empty list."""
+    c.runner.run(["scancel", "--state=PENDING"], check=False)
+    deadline = time.monotonic() + timeout
+    while c.runner.out(["squeue", "-h", "--states=all", "-o", "%i"]).strip():
+        if time.monotonic() > deadline:
+            raise SystemExit(f"slurmctld still holds jobs {timeout:.0f} s after scancel")
+        time.sleep(1)
+
+
 def perf_profile(c: Cluster, swap: Swapper, arm: Arm, n: int, work: Path) -> Profile:
     """The whole machine sampled by perf while one submitter sends `n` of the arm's
-    submissions: CPU per job of each of this cluster's daemons and of the clients, and
-    slurmctld's split by shared object and symbol."""
+    submissions, from an empty queue: CPU per job of each of this cluster's daemons and of
+    the clients, and slurmctld's split by shared object and symbol."""
+    empty_queue(c)
     env = {"SLURM_CONF": str(arm.conf), "PATH": "/usr/bin:/bin"}
     swap.put(arm.lua)
     subprocess.run([*PARSABLE, *arm.options, "--wrap", "true"], env=env, check=True,
@@ -180,10 +198,14 @@ def perf_profile(c: Cluster, swap: Swapper, arm: Arm, n: int, work: Path) -> Pro
     rec = subprocess.Popen(["perf", "record", "-q", "-a", "-e", "cpu-clock", "-F", str(PERF_HZ),
                             "-o", str(data)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     time.sleep(0.5)  # perf is sampling before the first submission
+    subprocess.run(["sdiag", "-r"], env=env, check=True, stdout=subprocess.DEVNULL)
     if submit_loop(env, arm.options, n).wait() != 0:
         raise SystemExit(f"arm {arm.name}: a submission failed")
     rec.send_signal(2)
     rec.wait(timeout=60)
+    sdiag = subprocess.run(["sdiag"], env=env, capture_output=True, text=True, check=True).stdout
+    rpcs = {m.group(1): int(m.group(2)) for m in re.finditer(r"^\s*(REQUEST_\w+)\s+\(\s*\d+\)\s+count:(\d+)",
+                                                             sdiag, re.M)}
     by_process: dict[str, int] = {}
     script = subprocess.run(["perf", "script", "-i", str(data), "-F", "comm,pid"], capture_output=True,
                             text=True, check=True).stdout
@@ -211,7 +233,7 @@ def perf_profile(c: Cluster, swap: Swapper, arm: Arm, n: int, work: Path) -> Pro
     by_dso, rows = report(["--pid", str(ctld)])
     client_dso, _ = report(["--comm", "sbatch"])
     data.unlink(missing_ok=True)
-    return Profile(n, by_process, by_dso, rows, client_dso)
+    return Profile(n, by_process, by_dso, rows, client_dso, rpcs)
 
 
 def print_profiles(profiles: dict[str, Profile], top: int = 12) -> None:
@@ -232,6 +254,10 @@ def print_profiles(profiles: dict[str, Profile], top: int = 12) -> None:
     table("slurmctld by shared object", [p.by_dso for p in arms], 8)
     table("sbatch by shared object", [p.client_dso for p in arms], 8)
     base = profiles.get("plain")
+    rpc_names = sorted({k for p in arms for k in p.rpcs}, key=lambda k: -max(p.rpcs.get(k, 0) for p in arms))
+    print("    slurmctld RPCs per submission: " + "  ".join(f"{n:>8s}" for n in profiles))
+    for rpc in rpc_names[:6]:
+        print(f"      {rpc[:32]:32s} " + "  ".join(f"{p.rpcs.get(rpc, 0) / p.jobs:8.3f}" for p in arms))
     for name, p in profiles.items():
         if name == "plain" or base is None:
             continue
@@ -240,6 +266,12 @@ def print_profiles(profiles: dict[str, Profile], top: int = 12) -> None:
         for k, d, sym in p.by_symbol[:top]:
             print(f"      {p.ms_per_job(k):.3f} ({base.ms_per_job(plain_sym.get((d, sym), 0)):.3f})  "
                   f"{d[:24]} {sym[:70]}")
+        lua = [(k, sym) for k, d, sym in p.by_symbol if d.startswith("liblua")]
+        print(f"    inside Lua in {name} (ms per job; plain's beside; names need a liblua with "
+              "symbols: --liblua):")
+        for k, sym in lua[:top]:
+            plain_k = sum(v for (d, s), v in plain_sym.items() if d.startswith("liblua") and s == sym)
+            print(f"      {p.ms_per_job(k):.3f} ({base.ms_per_job(plain_k):.3f})  {sym[:70]}")
 
 
 def client_cost(confs: dict[str, Path], n: int) -> dict[str, float]:
@@ -301,7 +333,14 @@ def main() -> None:
     ap.add_argument("--baseline-plugin", type=Path, help="an older hetero.so for the 'before' arm")
     ap.add_argument("--perf", type=int, default=0, metavar="N",
                     help="profile slurmctld with perf over N more submissions per arm (0: no)")
+    ap.add_argument("--liblua", type=Path, metavar="DIR",
+                    help="run the cluster with DIR/liblua5.1.so.0 (e.g. built with -g from Debian's "
+                         "lua5.1 source) so that --perf names Lua's own functions")
     args = ap.parse_args()
+    if args.liblua:
+        if not (args.liblua / "liblua5.1.so.0").is_file():
+            raise SystemExit(f"--liblua {args.liblua}: no liblua5.1.so.0 there")
+        os.environ["LD_LIBRARY_PATH"] = str(args.liblua.resolve())  # slurmctld inherits it
     if args.perf > 0 and shutil.which("perf") is None:
         raise SystemExit("--perf needs perf: apt install linux-perf")
     site = load_site(DEMO)
