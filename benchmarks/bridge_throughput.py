@@ -39,6 +39,7 @@ Prints figures only (target: bridge/plain >= 0.95). Run as root.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import re
 import shutil
@@ -434,7 +435,13 @@ def ratio(slow: Arm, fast: Arm, subs: int) -> str:
     total = (slow.seconds[subs] / slow.jobs[subs]) / (fast.seconds[subs] / fast.jobs[subs])
     per = sorted(a / b for a, b in zip(slow.batches[subs], fast.batches[subs], strict=True))
     q = statistics.quantiles(per, n=4) if len(per) >= 2 else [per[0]] * 3
-    return f"{total:.3f} (per round: median {q[1]:.3f}, quartiles {q[0]:.3f}-{q[2]:.3f}, {len(per)} rounds)"
+    text = f"{total:.3f} (per round: median {q[1]:.3f}, quartiles {q[0]:.3f}-{q[2]:.3f}, {len(per)} rounds"
+    if len(per) >= 10:  # rounds are independent draws of the machine's noise: a normal interval
+        logs = [math.log(x) for x in per]
+        m, h = statistics.mean(logs), 1.96 * statistics.stdev(logs) / math.sqrt(len(logs))
+        text += (f"; geometric mean {math.exp(m):.3f}, 95% interval "
+                 f"{math.exp(m - h):.3f}-{math.exp(m + h):.3f}")
+    return text + ")"
 
 
 if __name__ == "__main__":
