@@ -40,6 +40,9 @@ from slurm_hetero.errors import InputError, RuntimeFailure
 from slurm_hetero.fileio import write_atomic
 
 HOLDER_MODULE = "slurm_hetero.devcluster.clock"
+SHM_DIR = "/dev/shm"
+# libfaketime's clock: a semaphore and a segment named by the creating process's pid.
+SEGMENT = re.compile(r"^(?:sem\.faketime_sem|faketime_shm)_(\d+)$")
 CLOCK_ENV = ("LD_PRELOAD", "FAKETIME", "FAKETIME_SHARED", "FAKETIME_DONT_RESET")
 MAX_SPEED = 1000.0
 
@@ -154,6 +157,29 @@ def accelerate_conf(text: str, spec: ClockSpec) -> str:
         if key not in seen:
             kept.append(f"{key}={min(spec.scaled(default), _UINT16_MAX)}")
     return "\n".join(kept) + "\n"
+
+
+def remove_stale_segments(shm_dir: str = SHM_DIR) -> int:
+    """Remove libfaketime clocks whose process is gone; how many files were removed.
+
+    The faketime wrapper creates its pair with O_EXCL and exits at once when one with its
+    pid is left over, and pairs are left over: libfaketime removes its own only on a clean
+    exit, and every job process makes one (it cannot open the holder's root-only clock, so
+    it starts a private one: durations still run at the cluster's speed) and is killed at
+    its end. With a few hundred left, a new holder met its pid about once in fifty starts."""
+    removed = 0
+    try:
+        names = os.listdir(shm_dir)
+    except FileNotFoundError:
+        return 0
+    for name in names:
+        m = SEGMENT.match(name)
+        if m is None or os.path.exists(f"/proc/{m.group(1)}"):
+            continue
+        with contextlib.suppress(FileNotFoundError, PermissionError):
+            os.unlink(os.path.join(shm_dir, name))
+            removed += 1
+    return removed
 
 
 # ---- the holder -----------------------------------------------------------------------

@@ -179,11 +179,21 @@ class Cluster:
 
     def _start_clock(self, spec: fakeclock.ClockSpec) -> None:
         self.clock_file.unlink(missing_ok=True)
-        self._spawn(fakeclock.holder_argv(spec, str(self.clock_file), str(self.run / "clock.pid")),
-                    log=self.log / "clock.log")
-        if not procs.wait_until(lambda: bool(fakeclock.read_env(str(self.clock_file))), 20):
-            raise RuntimeFailure("the clock holder (faketime) did not start in 20 s\n" + self.explain())
-        self._join_clock()
+        fakeclock.remove_stale_segments()
+        for _ in range(3):  # a wrapper that exits at once met a clock left with its pid: again
+            proc = self._spawn(fakeclock.holder_argv(spec, str(self.clock_file), str(self.run / "clock.pid")),
+                               log=self.log / "clock.log")
+            def up_or_gone(p: subprocess.Popen[bytes] = proc) -> bool:
+                return bool(fakeclock.read_env(str(self.clock_file))) or p.poll() is not None
+
+            procs.wait_until(up_or_gone, 20)
+            if fakeclock.read_env(str(self.clock_file)):
+                self._join_clock()
+                return
+            if proc.poll() is None:
+                break
+            fakeclock.remove_stale_segments()
+        raise RuntimeFailure("the clock holder (faketime) did not start in 20 s\n" + self.explain())
 
     # ---- what runs -------------------------------------------------------------------
     def info(self) -> ClusterMeta:

@@ -3,6 +3,7 @@ a burst in one release; and the dev cluster's slurm.conf for an accelerated cloc
 
 from __future__ import annotations
 
+import os
 import subprocess
 import time
 from collections.abc import Sequence
@@ -11,7 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from slurm_hetero.devcluster.clock import REMOVED_KEYS, ClockSpec, accelerate_conf, join_env
+from slurm_hetero.devcluster.clock import (
+    REMOVED_KEYS,
+    ClockSpec,
+    accelerate_conf,
+    join_env,
+    remove_stale_segments,
+)
 from slurm_hetero.devcluster.cluster import without_bridge
 from slurm_hetero.errors import InputError, RuntimeFailure
 from slurm_hetero.replay.clockmap import ClockMap, calibrate
@@ -120,3 +127,15 @@ def test_join_env_needs_the_holders_shared_clock() -> None:
                    "FAKETIME_DONT_RESET": "1"}
     with pytest.raises(RuntimeFailure, match="FAKETIME_SHARED"):
         join_env({"FAKETIME": "+0 x20"}, "/lib.so")
+
+
+def test_stale_faketime_clocks_are_removed_and_live_ones_kept(tmp_path: Path) -> None:
+    dead = 2**22 + 7  # above any pid_max Linux allows: no such process
+    names = [f"faketime_shm_{os.getpid()}", f"sem.faketime_sem_{os.getpid()}",  # this process: kept
+             f"faketime_shm_{dead}", f"sem.faketime_sem_{dead}",  # gone: removed
+             f"faketime_shm_{dead}x", "sem.other_7", "faketime_shm_"]  # not libfaketime's: kept
+    for n in names:
+        (tmp_path / n).write_text("")
+    assert remove_stale_segments(str(tmp_path)) == 2
+    assert sorted(x.name for x in tmp_path.iterdir()) == sorted(names[:2] + names[4:])
+    assert remove_stale_segments(str(tmp_path / "missing")) == 0

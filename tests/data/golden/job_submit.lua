@@ -142,13 +142,14 @@ local LIMITED_TIERS = site("LIMITED_TIERS", {})  -- tiers with per-model GrpTRES
 local DEFAULT_TIER = site("DEFAULT_TIER", "")
 local SITE_FACTOR = site("SITE_FACTOR", nil)  -- { cap, horizon_min, step }: the daemon's SiteFactor
 
--- Before each call job_submit/lua (22.05) rebuilds slurm.jobs: a table, a metatable and a C
--- closure per job slurmctld holds, garbage at the next submission. With the model this Lua
--- state holds a large live heap that every collection cycle marks; at the default pause
--- (200: a cycle whenever the heap doubles) that made a submission with 3,000 jobs queued
--- about 10% dearer than the same rebuild under a pass-through script (measured with lupa:
--- benchmarks/bridge_lua_cost.py). Pause 400 collects half as often (the heap may reach 4x
--- its live size: a few MB, tens with a 10,000-user history) and removes that difference.
+-- job_submit/lua (22.05) rebuilds slurm.jobs before a call when the job list changed since
+-- the last rebuild (last_job_update: whole seconds, so at most once a second): a table, a
+-- metatable and a C closure per job slurmctld holds, garbage at the next rebuild. With the
+-- model this Lua state holds a live heap of a few MB that every collection cycle marks;
+-- pause 400 (default 200) collects half as often, the heap reaching up to 4x its live size.
+-- In slurmctld the collector is a small part of the bridge's cost either way (perf with a
+-- symbolized liblua: benchmarks/bridge_throughput.py --perf --liblua): the decision's own
+-- code, run with cold caches after each sbatch fork, is most of it.
 local GC_PAUSE = 400
 collectgarbage("setpause", GC_PAUSE)
 
