@@ -13,9 +13,11 @@ e.g. `git show HEAD:slurm_hetero/bridge/bridge.lua > /tmp/old.lua`) the same job
 is also rendered with that file and both run interleaved, in alternating blocks of 1000
 decisions. The mix: the bridge's options, a checkpointed job, and a plain job (which only
 predicts). Target: median <= 50 us and p99 <= 150 us with the model. Then, per --queued
-count, what a submission costs when job_submit/lua first rebuilds slurm.jobs (as 22.05 does
-before every call) in a pass-through script's Lua state and in the bridge's: the garbage of
-that rebuild is collected in the bridge's larger heap.
+count, what a submission costs when job_submit/lua first rebuilds slurm.jobs, in a
+pass-through script's Lua state and in the bridge's (the garbage of that rebuild is collected
+in the bridge's larger heap). 22.05 rebuilds only when the job list changed in a later
+second (last_job_update is a time_t), so this is the cost of the first submission of a
+second, not of every one.
 
 Also timed cold (--cold-mb): with a buffer larger than the last-level cache read between
 decisions. That is how slurmctld meets each submission: sbatch's fork and exec, munge and
@@ -155,9 +157,10 @@ PASS_THROUGH = "function slurm_job_submit(j, p, u) return slurm.SUCCESS end\nret
 
 
 def queued_cost(site: Site, model: str, queued: int, baseline: Path | None, rounds: int = 20) -> None:
-    """Before each call job_submit/lua (22.05) rebuilds slurm.jobs, a table and a metatable per
-    job slurmctld holds (job_submit_lua.c _update_jobs_global): emulated here, then one
-    decision, per submission, in a pass-through script's state and in the bridge's."""
+    """job_submit/lua (22.05) rebuilds slurm.jobs, a table and a metatable per job slurmctld
+    holds (job_submit_lua.c _update_jobs_global), before the first call of each second in
+    which the job list changed: emulated here before every decision (the worst case), in a
+    pass-through script's state and in the bridge's."""
     with tempfile.TemporaryDirectory() as d:
         now = int(time.time())
         arms = {"pass-through": Bench(PASS_THROUGH, now, ["user007"]),
