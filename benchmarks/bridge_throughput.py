@@ -32,7 +32,10 @@ Where the time goes, each part on its own:
     slurmdbd, MariaDB, munged, the clients, the rest of the machine), slurmctld's by shared
     object and heaviest symbols, Lua's own functions (named with --liblua DIR: a
     liblua5.1.so.0 built with symbols, e.g. from Debian's lua5.1 source), and the RPCs
-    slurmctld served per submission (the bridge daemon's updates included).
+    slurmctld served per submission.
+The bridge daemon is stopped while the arms run (it would update each plain and equiv job's
+SiteFactor, an RPC per job that the bridge arm's jobs do not get); the benchmark writes the
+capacity snapshot between batches instead, as often as it goes stale.
 Prints figures only (target: bridge/plain >= 0.95). Run as root.
 """
 
@@ -50,6 +53,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from slurm_hetero.bridge.snapshot import take_snapshot
 from slurm_hetero.conf import bridge as conf_bridge
 from slurm_hetero.conf import render_site
 from slurm_hetero.devcluster import Cluster
@@ -125,8 +129,26 @@ def submit_loop(env: dict[str, str], options: list[str], n: int) -> subprocess.P
                              "i=$((i+1)); done"], env=env)
 
 
-def run_batch(c: Cluster, swap: Swapper, arm: Arm, n: int, submitters: int) -> None:
+class Snapshots:
+    """The capacity snapshot, written between batches as the bridge daemon would (which is
+    stopped: it would set SiteFactor on every job of the plain and equiv arms, which carry
+    no bridge record, one RPC per job beside their submissions, and on none of the bridge's).
+    Rewritten when older than `every` seconds (the daemon's 2 s would be per round here)
+    so that the bridge meets a fresh one, and a new generation now and then, as it would."""
+
+    def __init__(self, c: Cluster, site: Site, every: float = 5.0) -> None:
+        self.c, self.site, self.every, self.at = c, site, every, 0.0
+        self.path = c.state / "hetero-snapshot.lua"
+
+    def refresh(self) -> None:
+        if time.monotonic() - self.at >= self.every:
+            take_snapshot(self.site, self.c.runner, self.path)
+            self.at = time.monotonic()
+
+
+def run_batch(c: Cluster, swap: Swapper, arm: Arm, n: int, submitters: int, snaps: Snapshots) -> None:
     env = {"SLURM_CONF": str(arm.conf), "PATH": "/usr/bin:/bin"}
+    snaps.refresh()
     swap.put(arm.lua)
     # Untimed: pays the re-read of a swapped script; its decision shows which script ran.
     jid = subprocess.run([*PARSABLE, *arm.options, "--wrap", "true"], env=env, check=True,
@@ -182,12 +204,13 @@ def empty_queue(c: Cluster, timeout: float = 60.0) -> None:
         time.sleep(1)
 
 
-def perf_profile(c: Cluster, swap: Swapper, arm: Arm, n: int, work: Path) -> Profile:
+def perf_profile(c: Cluster, swap: Swapper, arm: Arm, n: int, work: Path, snaps: Snapshots) -> Profile:
     """The whole machine sampled by perf while one submitter sends `n` of the arm's
     submissions, from an empty queue: CPU per job of each of this cluster's daemons and of
     the clients, and slurmctld's split by shared object and symbol."""
     empty_queue(c)
     env = {"SLURM_CONF": str(arm.conf), "PATH": "/usr/bin:/bin"}
+    snaps.refresh()
     swap.put(arm.lua)
     subprocess.run([*PARSABLE, *arm.options, "--wrap", "true"], env=env, check=True,
                    stdout=subprocess.DEVNULL)  # pays the re-read of a swapped script
@@ -367,6 +390,9 @@ def main() -> None:
             (c.etc / "plugstack-empty.conf").write_text("")
             plain_conf.write_text((c.etc / "slurm.conf").read_text().replace(
                 f"PlugStackConfig={c.etc}/plugstack.conf", f"PlugStackConfig={c.etc}/plugstack-empty.conf"))
+            c.stop_bridge()
+            snaps = Snapshots(c, site)
+            snaps.refresh()
             swap = Swapper(c.etc / "job_submit.lua")
             swap.put(bridge_lua)
             env = {"SLURM_CONF": str(c.conf), "PATH": "/usr/bin:/bin"}
@@ -382,10 +408,10 @@ def main() -> None:
                 for r in range(rounds):
                     order = arms[r % len(arms):] + arms[:r % len(arms)]
                     for arm in order:
-                        run_batch(c, swap, arm, args.batch, subs)
+                        run_batch(c, swap, arm, args.batch, subs, snaps)
                     # Held jobs would pile up; cancelled ones stay MinJobAge in every arm alike.
                     c.runner.run(["scancel", "--state=PENDING"], check=False)
-            profiles = {arm.name: perf_profile(c, swap, arm, args.perf, Path(d)) for arm in arms} \
+            profiles = {arm.name: perf_profile(c, swap, arm, args.perf, Path(d), snaps) for arm in arms} \
                 if args.perf > 0 else {}
             c.runner.run(["scancel", "--state=PENDING"], check=False)
             admin = decided.get("AdminComment", "")

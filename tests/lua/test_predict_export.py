@@ -150,9 +150,9 @@ def test_job_from_desc(lua: Any, lmodel: Any) -> None:
     j = job(user_name="ann", user_id=1000, time_limit=90, min_cpus=8, partition="gpu", tres_per_node="gres:gpu:2",
             min_nodes=2)
     assert j == {"user": "ann", "time_limit_s": 5400, "cpus": 8, "accel": 4, "partition": "gpu", "submit": 1234}
-    j = job(user_id=1000, time_limit=4294967294, min_cpus=4294967294, num_tasks=4, cpus_per_task=65534,
+    j = job(user_id=1001, time_limit=4294967294, min_cpus=4294967294, num_tasks=4, cpus_per_task=65534,
             tres_per_job="gres/npu:910b:3")
-    assert j == {"user": "1000", "cpus": 4, "accel": 3, "partition": "cpu", "submit": 1234}
+    assert j == {"user": "1001", "cpus": 4, "accel": 3, "partition": "cpu", "submit": 1234}
     assert job(tres_per_node="gres:gpu:h100,gres:shard:4")["accel"] == 1
     assert job(tres_per_node="gres/gpu:a100:2", num_tasks=2, cpus_per_task=3)["cpus"] == 6
     assert job()["accel"] == 0 and job()["cpus"] == 1
@@ -162,6 +162,33 @@ def test_job_from_desc(lua: Any, lmodel: Any) -> None:
                  {"user_id": 77, "time_limit": 4294967294}, {}):
         d = lua.table_from(desc)
         assert lmodel.predict_desc(d, 2e9, "cpu") == lmodel.predict(lmodel.job_from_desc(d, 2e9, "cpu"))
+
+
+def test_user_name_looked_up_once_per_uid_and_hour(lua: Any, lmodel: Any) -> None:
+    # slurmctld resolves job_desc.user_name through NSS at each read: once per uid and hour.
+    reads = lua.execute("""
+        local m = ...
+        local n, names = 0, { [2001] = "ann", [2002] = "bob" }
+        local function desc(uid)
+            return setmetatable({}, { __index = function(_, k)
+                if k == "user_id" then return uid end
+                if k == "user_name" then n = n + 1; return names[uid] end
+                if k == "time_limit" then return 60 end
+            end })
+        end
+        local function user(uid, now) return m.job_from_desc(desc(uid), now).user end
+        local out = {}
+        local function step(uid, now) local u = user(uid, now); out[#out + 1] = u .. "/" .. n end
+        step(2001, 1e9); step(2001, 1e9 + 10); step(2002, 1e9 + 20); step(2001, 1e9 + 30)
+        step(2003, 1e9 + 40); step(2003, 1e9 + 50)   -- no such user: the uid, asked each time
+        names[2003] = "cy"; step(2003, 1e9 + 60)      -- created since: seen at once
+        names[2001] = "ann2"; step(2001, 1e9 + 100)   -- renamed: the old name within the hour
+        step(2001, 1e9 + 3600)                        -- an hour on: asked again
+        step(2001, 1e9 - 5)                           -- the clock went back: asked again
+        return table.concat(out, " ")
+    """, lmodel)
+    assert reads.split() == ["ann/1", "ann/1", "bob/2", "ann/2", "2003/3", "2003/4", "cy/5", "ann/5", "ann2/6",
+                             "ann2/7"]
 
 
 def test_many_and_odd_user_names(lua: Any, model: Model) -> None:
