@@ -636,17 +636,37 @@ local function piece(key, value)
     return text
 end
 
-local pool_pieces = {}
-local function pool_piece(c)
-    local by = pool_pieces[c.pool]
-    if by == nil then by = {}; pool_pieces[c.pool] = by end
-    local text = by[c.n]
-    if text == nil then  -- n is at most the pool's devices per node
-        text = piece("pool", c.pool.key) .. "," .. piece("model", c.pool.model) .. ',"n":' .. c.n ..
-            ',"units":' .. string.format("%.2f", c.cost)
-        by[c.n] = text
+-- Whole numbers as text, each made once. Lua turns a number into text with
+-- snprintf("%.14g"), whose floating-point path is the largest piece of C code a decision
+-- would otherwise run, and a cold one in slurmctld at every job. Kept for 0..65536.
+local INT_TEXT = {}
+local function itext(n)
+    local s = INT_TEXT[n]
+    if s == nil then
+        s = string.format("%d", n)
+        if n >= 0 and n <= 65536 and n == math.floor(n) then INT_TEXT[n] = s end
     end
-    return text
+    return s
+end
+
+-- What a decision writes for a pool and a count, made once per pool and count (n is at most
+-- the pool's devices per node): its record piece, its entry in "cands", its GRES (typed, and
+-- untyped for a movable job).
+local pool_texts = {}
+local function pool_text(c)
+    local by = pool_texts[c.pool]
+    if by == nil then by = {}; pool_texts[c.pool] = by end
+    local t = by[c.n]
+    if t == nil then
+        local m, n = MODELS[c.pool.model], itext(c.n)
+        t = { piece = piece("pool", c.pool.key) .. "," .. piece("model", c.pool.model) .. ',"n":' .. n ..
+                  ',"units":' .. string.format("%.2f", c.cost),
+              alt = c.pool.key .. ":" .. n,
+              tres = GRES_PREFIX .. m.gres .. ":" .. m.type .. ":" .. n,
+              untyped = GRES_PREFIX .. m.gres .. ":" .. n }
+        by[c.n] = t
+    end
+    return t
 end
 
 -- ---- containers: --image=NAME[:TAG] → the job's OCI bundle ------------------
@@ -812,19 +832,19 @@ local function decide(job_desc, opts, now, partition, tres)
         local data, age = snapshot(now)
         local best, why = choose(cands, data)
         if data then placed[best.pool.key] = (placed[best.pool.key] or 0) + best.n end
-        local m = MODELS[best.pool.model]
-        set.tres_per_node = GRES_PREFIX .. m.gres .. ":" .. m.type .. ":" .. best.n
+        local m, texts = MODELS[best.pool.model], pool_text(best)
+        set.tres_per_node = texts.tres
         arch = best.pool.arch
         if partition == nil then set.partition = best.pool.partitions end
         gpu_job = m.gres == "gpu"
         record[#record + 1] = req.json
-        record[#record + 1] = pool_piece(best)
+        record[#record + 1] = texts.piece
         record[#record + 1] = piece("why", why)
-        record[#record + 1] = '"candidates":' .. #cands
+        record[#record + 1] = '"candidates":' .. itext(#cands)
         -- Every pool that satisfies the request ("pool:n", best first): the daemon may move
         -- the pending job between them (pool keys are catalog ids and arch names: no quoting).
         local alts = {}
-        for i, c in ipairs(cands) do alts[i] = c.pool.key .. ":" .. c.n end
+        for i, c in ipairs(cands) do alts[i] = pool_text(c).alt end
         record[#record + 1] = '"cands":"' .. table.concat(alts, ",") .. '"'
         -- Movable: Slurm 22.05 cannot change the GRES type of a pending job, so where the
         -- daemon may move jobs the GRES stays untyped and the model's node feature pins it
@@ -834,11 +854,11 @@ local function decide(job_desc, opts, now, partition, tres)
         -- (Only on such sites: the checks read slurmctld's fields, the common path reads none.)
         if MIGRATE and #cands > 1 and not opts.image and job_desc.container == nil
             and not LIMITED_TIERS[set.qos or job_desc.qos or DEFAULT_TIER] then
-            set.tres_per_node = GRES_PREFIX .. m.gres .. ":" .. best.n
+            set.tres_per_node = texts.untyped
             place = best.pool.model
             record[#record + 1] = '"movable":true'
         end
-        if age then record[#record + 1] = '"snapshot_age":' .. math.floor(age) end
+        if age then record[#record + 1] = '"snapshot_age":' .. itext(math.floor(age)) end
     end
     if energy and gpu_job and ENERGY[energy].gpu_freq then
         set.tres_freq = "gpu:" .. ENERGY[energy].gpu_freq
@@ -881,8 +901,7 @@ local function decide(job_desc, opts, now, partition, tres)
         end
         record[#record + 1] = '"migratable":true'
     end
-    set.admin_comment = '{"hetero":1,' .. table.concat(record, ",") .. "}"
-    return set
+    return set, nil, record  -- the caller writes the record (with the prediction) once
 end
 
 -- ---- runtime prediction (compiled-in model) and backfill mode -----------------------------
@@ -915,7 +934,7 @@ local function first_partition(list)
     return list and string.match(list, "^[^,]+")
 end
 
-local function add_prediction(job_desc, set, now, job_partition, tres)
+local function add_prediction(job_desc, set, now, job_partition, tres, record)
     local partition = first_partition(set.partition or job_partition) or DEFAULT_PARTITION
     local user_min = set.time_limit or job_desc.time_limit
     if user_min == nil or user_min >= NO_VAL or user_min == 0 then user_min = PARTITION_LIMITS[partition] end
@@ -936,18 +955,17 @@ local function add_prediction(job_desc, set, now, job_partition, tres)
     if SITE_FACTOR then
         local sf = site_factor(math.ceil(p50))
         set.site_factor = sf
-        pred = pred .. ',"sf":' .. sf
+        pred = pred .. ',"sf":' .. itext(sf)
     end
     -- The heartbeat matters only where limits may be shortened: no snapshot look-up otherwise.
     if PREDICTED_LIMITS[partition] and user_min and snapshot(now) then
         local short = math.max(1, math.ceil(p90 / 60))
         if short < user_min then
             set.time_limit = short
-            pred = pred .. ',"shortened":true,"user_limit_min":' .. user_min
+            pred = pred .. ',"shortened":true,"user_limit_min":' .. itext(user_min)
         end
     end
-    local comment = set.admin_comment or '{"hetero":1}'
-    set.admin_comment = string.sub(comment, 1, -2) .. "," .. pred .. "}"
+    record[#record + 1] = pred
 end
 
 -- A plain GRES request (tres) without a partition: the partitions that have that GRES (nil:
@@ -970,20 +988,28 @@ local function submit(job_desc)
     local routed = partition == nil and tres ~= nil and route_plain(tres) or nil
     partition = partition or routed
     local now = os.time()
-    local set, err
+    local set, err, record
     if opts == nil then
         set, err = plain_container(job_desc, tres)
     else
-        set, err = decide(job_desc, opts, now, partition, tres)
+        set, err, record = decide(job_desc, opts, now, partition, tres)
     end
-    if set ~= nil and routed and set.partition == nil then set.partition = routed end
-    if set ~= nil and MODEL ~= nil then
-        local pok, perr = pcall(add_prediction, job_desc, set, now, partition, tres)
+    if set == nil then return nil, err end
+    if routed and set.partition == nil then set.partition = routed end
+    if MODEL ~= nil then
+        record = record or {}
+        local pok, perr = pcall(add_prediction, job_desc, set, now, partition, tres, record)
         if not pok then  -- a failed prediction must not undo the rest of the decision
             slurm.log_error("slurm-hetero: runtime prediction failed: %s", tostring(perr))
         end
     end
-    return set, err
+    -- The decision record, written once: a job with hetero options or a prediction has one.
+    if record and #record > 0 then
+        set.admin_comment = '{"hetero":1,' .. table.concat(record, ",") .. "}"
+    elseif opts ~= nil then
+        set.admin_comment = '{"hetero":1}'
+    end
+    return set
 end
 
 function slurm_job_submit(job_desc, part_list, submit_uid)
