@@ -5,7 +5,7 @@ trace hour.
 
     .venv/bin/python benchmarks/replay_kth.py [--windows 3] [--pick spread|busiest] [--min-jobs 30]
         [--first 0] [--hours 1] [--warmup-hours 1] [--drain-hours 0.5] [--speed 20]
-        [--users root|local] [--arms plain,bridge] [--trace PATH] [--workdir DIR] [--json OUT]
+        [--users root|local] [--arms plain,bridge] [--trace PATH --site SITE] [--workdir DIR] [--json OUT]
     .venv/bin/python benchmarks/replay_kth.py --breakdown OUT.json   (a saved run, again)
 
 Each arm of each window boots its own dev cluster (x--speed clock). The bridge arm gets a
@@ -21,6 +21,8 @@ tenth of the trace is left as the model's history. `--first K` skips the first K
 priorities without its limits); each is compared with plain. After each window, where the
 difference is: AVEbsld and mean wait by job width and by runtime, and how the model's upper
 quantile compared with what each job ran.
+Other SWF logs run on a site of their machine's size: `--trace ../shared/traces/CTC-SP2-pyss-easy.swf.gz
+--site benchmarks/sites/ctc-sp2.yaml`, or SDSC-BLUE-pyss-easy with sdsc-blue.yaml.
 Needs root and the dev cluster's packages (`make deps`). Target: ratio <= 0.7.
 """
 
@@ -109,6 +111,9 @@ def main() -> int:
     p.add_argument("--speed", type=float, default=20.0)
     p.add_argument("--users", choices=("root", "local"), default="root")
     p.add_argument("--trace", type=Path, default=KTH_SP2, help="[default: the KTH log the package ships]")
+    p.add_argument("--site", type=Path, default=SITE,
+                   help="the cluster the trace runs on (benchmarks/sites/ has CTC-SP2's and SDSC-BLUE's) "
+                        "[default: the KTH SP2's]")
     p.add_argument("--workdir", type=Path, default=None)
     p.add_argument("--json", type=Path, default=None,
                    help="write every arm's result there, after each window")
@@ -123,7 +128,7 @@ def main() -> int:
             breakdown({k: ArmResult.from_json(v) for k, v in w["arms"].items()})
         return 0
     if not a.trace.exists():
-        print(f"no KTH trace at {a.trace}: give --trace", file=sys.stderr)
+        print(f"--trace {a.trace}: no such file", file=sys.stderr)
         return 2
     try:
         arms = parse_arms(a.arms)
@@ -133,7 +138,11 @@ def main() -> int:
     if arms[0].name != "plain" or len(arms) < 2:
         print("--arms: plain first, then at least one arm to compare with it", file=sys.stderr)
         return 2
-    site = load_site(SITE)
+    try:
+        site = load_site(a.site)
+    except InputError as e:
+        print(f"--site: {e}", file=sys.stderr)
+        return 2
     df = read_trace(a.trace)
     lo, hi = float(df["submit"].min()), float(df["submit"].max())
     # The first tenth of the trace is history for the model.
