@@ -279,16 +279,24 @@ def work_spec(site: Site, workdir: Path) -> WorkSpec:
 
 
 def progress_line(arm: str, window: Window, p: Progress, total: int) -> str:
-    """
+    """Trace time from the window's start: negative in the warm-up, past its end in the drain.
+
     >>> progress_line("plain", Window(0, 0.5), Progress(10, 9, 2, 3, 4, 754.0), 52)
     '[plain] trace +00:12:34 of 00:30:00  submitted 10/52  released 9  pending 2  running 3  ended 4'
+    >>> progress_line("plain", Window(0, 0.5, 1.0), Progress(1, 1, 0, 1, 0, -2700.0), 52)[:45]
+    '[plain] trace -00:45:00 of 00:30:00 (warm-up)'
+    >>> progress_line("plain", Window(0, 0.5), Progress(52, 52, 0, 1, 51, 1900.0), 52)[:43]
+    '[plain] trace +00:31:40 of 00:30:00 (drain)'
     """
     def hms(s: float) -> str:
-        s = max(0, int(s))
+        s = int(abs(s))
         return f"{s // 3600:02d}:{s % 3600 // 60:02d}:{s % 60:02d}"
 
-    return (f"[{arm}] trace +{hms(p.trace_s)} of {hms(window.hours * 3600)}  submitted {p.submitted}/{total}"
-            f"  released {p.released}  pending {p.pending}  running {p.running}  ended {p.ended}")
+    span = window.hours * 3600
+    phase = " (warm-up)" if p.trace_s < 0 else " (drain)" if p.trace_s > span else ""
+    return (f"[{arm}] trace {'-' if p.trace_s < 0 else '+'}{hms(p.trace_s)} of {hms(span)}{phase}"
+            f"  submitted {p.submitted}/{total}  released {p.released}  pending {p.pending}"
+            f"  running {p.running}  ended {p.ended}")
 
 
 def run_arm(factory: ClusterFactory, workdir: Path, site: Site, sel: Selection, window: Window,
