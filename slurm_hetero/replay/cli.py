@@ -66,6 +66,9 @@ def replay_group(factory: Callable[[Path], Any]) -> click.Group:
                        "trace's first job, or busiest[:K] (the K-th busiest window, see "
                        "`replay windows`).")
     @click.option("--hours", type=float, default=1.0, show_default=True, help="Window length, trace hours.")
+    @click.option("--min-jobs", type=int, default=0, show_default=True,
+                  help="With --start busiest[:K]: rank only windows with at least this many submissions "
+                       "(as `replay windows --min-jobs`).")
     @click.option("--warmup-hours", type=float, default=0.0, show_default=True,
                   help="Jobs submitted this long before the window are replayed too, not measured.")
     @click.option("--speed", type=float, default=20.0, show_default=True,
@@ -104,7 +107,7 @@ def replay_group(factory: Callable[[Path], Any]) -> click.Group:
                   help="With --via-slurm: one more sbatch option for the array (repeatable), e.g. "
                        "--sbatch-arg=--partition=batch.")
     @reports_errors
-    def run_cmd(trace: Path, site_path: Path, start: str, hours: float, warmup_hours: float,
+    def run_cmd(trace: Path, site_path: Path, start: str, hours: float, min_jobs: int, warmup_hours: float,
                 speed: float, arms: str, model: str, users: str, drain_hours: float | None,
                 check_fidelity: bool,
                 fidelity_hours: float, output: Path | None, workdir: Path | None, windows: int = 1,
@@ -121,7 +124,7 @@ def replay_group(factory: Callable[[Path], Any]) -> click.Group:
         site = load_site(site_path)
         arm_list = parse_arms(arms)
         df, dropped = read_trace_counted(trace)
-        window = Window(resolve_start(start, df, site, hours), hours, warmup_hours)
+        window = Window(resolve_start(start, df, site, hours, min_jobs), hours, warmup_hours)
         sel = select_for(df, window, site)
         work = workdir or _default_workdir(site.name)
         out = output or work
@@ -136,7 +139,7 @@ def replay_group(factory: Callable[[Path], Any]) -> click.Group:
                                        "own scratch ($TMPDIR, else /var/tmp)")
 
             def resolve(s: str) -> int:
-                return resolve_start(s, df, site, hours)
+                return resolve_start(s, df, site, hours, min_jobs)
 
             _via_slurm(out, start, windows, via_slurm, sbatch_args, resolve, trace, site_path, hours,
                        warmup_hours, speed, arms, model, users, drain_hours,

@@ -93,14 +93,16 @@ def select_for(df: pd.DataFrame, window: Window, site: Site) -> Selection:
                   carry_over=pods)
 
 
-def resolve_start(text: str, df: pd.DataFrame, site: Site, hours: float) -> int:
-    """--start, with `busiest[:K]`: the K-th busiest window of `hours` (`window.busiest`)."""
+def resolve_start(text: str, df: pd.DataFrame, site: Site, hours: float, min_jobs: int = 0) -> int:
+    """--start, with `busiest[:K]`: the K-th busiest window of `hours` (`window.busiest`)
+    among those with at least `min_jobs` submissions."""
     k = busiest_rank(text)
     if k is None:
         first = int(df.loc[df["submit"] >= 0, "submit"].min()) if len(df) else 0
         return parse_start(text, first)
-    found = busiest(df, Capacity.of(site), hours, k, carry_over=is_pods(df))
+    found = busiest(df, Capacity.of(site), hours, k, carry_over=is_pods(df), min_jobs=min_jobs)
     if len(found) < k:
+        some = f" and {min_jobs} or more submissions" if min_jobs else ""
         raise InputError(f"--start {text}: the trace has only {len(found)} non-overlapping windows of "
-                         f"{hours:g} h with work in them")
+                         f"{hours:g} h with work{some} in them")
     return found[k - 1][0]

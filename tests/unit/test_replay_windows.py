@@ -93,6 +93,12 @@ def test_run_start_busiest_resolves_to_that_window() -> None:
     assert resolve_start("+2h", df, site, 1.0) == 7200
     with pytest.raises(InputError, match="only"):
         resolve_start("busiest:99", df, site, 1.0)
+    # 09:00 and 20:00 hold 11 submissions each, every other hour 1: with --min-jobs 2 only those
+    # two rank, and a third is not there.
+    assert resolve_start("busiest:2", df, site, 1.0, min_jobs=2) == 20 * 3600
+    with pytest.raises(InputError, match=r"only 2 .* 2 or more submissions"):
+        resolve_start("busiest:3", df, site, 1.0, min_jobs=2)
+    assert resolve_start("busiest:3", df, site, 1.0) not in (9 * 3600, 20 * 3600)
 
 
 def test_windows_command_prints_the_busiest() -> None:
