@@ -19,6 +19,7 @@ the replay does. Prints figures only; no Slurm involved.
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -27,8 +28,11 @@ from slurm_hetero.jobs.trace import KTH_SP2
 from slurm_hetero.predict import features as F
 from slurm_hetero.predict.train import train
 from slurm_hetero.replay.trace import read_trace
-from slurm_hetero.replay.window import Capacity, Window, busiest
+from slurm_hetero.replay.window import Window
 from slurm_hetero.site import load_site
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from replay_kth import busiest_windows  # the windows replay_kth.py --pick busiest replays
 
 SITE = Path(__file__).resolve().parents[1] / "tests" / "data" / "replay" / "kth-site.yaml"
 Arr = np.ndarray
@@ -59,9 +63,7 @@ def main() -> None:
     a = ap.parse_args()
     df = read_trace(a.trace)
     site = load_site(a.site)
-    lo, hi = float(df["submit"].min()), float(df["submit"].max())
-    found = busiest(df, Capacity.of(site), 1.0, a.windows, min_jobs=a.min_jobs,
-                    not_before=lo + 0.1 * (hi - lo) + a.warmup_hours * 3600)
+    found = busiest_windows(df, site, 1.0, a.windows, a.min_jobs, a.warmup_hours)
     online_history = F.History.build(df[F.usable(df)])
     figures = []
     print(f"{a.trace.name}: frozen (exported at the warm-up's start) -> online (at each submission)")
@@ -71,6 +73,7 @@ def main() -> None:
         model = train(before, until=w.first)
         jobs = df[(df["submit"] >= start) & (df["submit"] < start + 3600)]
         jobs = jobs[F.usable(jobs)]
+        # As `model export` computes it (export_lua.users_state): every job ended before the warm-up.
         frozen = F.History.build(before[F.usable(before)]).state(
             F.user_keys(jobs), np.full(len(jobs), w.first, dtype=np.int64))
         request = F.JobRequest.from_table(jobs, model.partitions)

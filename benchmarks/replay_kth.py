@@ -37,6 +37,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import pandas as pd
+
 from slurm_hetero.devcluster.replay import DevReplayCluster
 from slurm_hetero.errors import InputError
 from slurm_hetero.fileio import write_json_atomic
@@ -45,7 +47,7 @@ from slurm_hetero.replay.metrics import ALL, Outcome, slowdown
 from slurm_hetero.replay.run import ArmResult, parse_arms, run_arm, train_model
 from slurm_hetero.replay.trace import read_trace
 from slurm_hetero.replay.window import Capacity, Window, busiest, select
-from slurm_hetero.site import load_site
+from slurm_hetero.site import Site, load_site
 
 ROOT = Path(__file__).resolve().parents[1]
 SITE = ROOT / "tests" / "data" / "replay" / "kth-site.yaml"
@@ -59,6 +61,16 @@ def interval(values: list[float]) -> str:
     m, s = statistics.mean(values), statistics.stdev(values)
     h = T95.get(len(values) - 1, 2.0) * s / math.sqrt(len(values))
     return f"{m:.2f} [{m - h:.2f}, {m + h:.2f}] (95% t-interval over {len(values)} windows)"
+
+
+def busiest_windows(df: pd.DataFrame, site: Site, hours: float, count: int, min_jobs: int,
+                    warmup_hours: float) -> list[tuple[int, float]]:
+    """`--pick busiest`: (start, demand ÷ capacity) of the `count` busiest windows with at least
+    `min_jobs` submissions, none before the first tenth of the trace (the model's history)
+    and its warm-up."""
+    lo, hi = float(df["submit"].min()), float(df["submit"].max())
+    return busiest(df, Capacity.of(site), hours, count, min_jobs=min_jobs,
+                   not_before=lo + 0.1 * (hi - lo) + warmup_hours * 3600)
 
 
 WIDTHS = ((1, 1), (2, 8), (9, 32), (33, 10**6))
@@ -147,9 +159,7 @@ def main() -> int:
     lo, hi = float(df["submit"].min()), float(df["submit"].max())
     # The first tenth of the trace is history for the model.
     if a.pick == "busiest":
-        cutoff = lo + 0.1 * (hi - lo) + a.warmup_hours * 3600
-        found = busiest(df, Capacity.of(site), a.hours, a.first + a.windows, min_jobs=a.min_jobs,
-                        not_before=cutoff)
+        found = busiest_windows(df, site, a.hours, a.first + a.windows, a.min_jobs, a.warmup_hours)
         starts = [s for s, _ in found][a.first:a.first + a.windows]
         print("busiest windows (demand/capacity): " + ", ".join(f"{s} ({r:.2f})" for s, r in found
                                                                 if s in starts))

@@ -179,7 +179,8 @@ def results(p: Plan) -> list[Path]:
     return paths
 
 
-def _scratch(env: dict[str, str], job: str, task: str) -> Path:
+def task_scratch(env: dict[str, str], job: str, task: str) -> Path:
+    """Where an array task's clusters live: the job's $TMPDIR, else /var/tmp."""
     base = env.get("TMPDIR") or "/var/tmp"
     return Path(base) / f"slurm-hetero-replay-{job}_{task}"
 
@@ -192,7 +193,7 @@ def run_task(plan_path: Path, env: dict[str, str] | None = None) -> int:
     if task is None or not task.isdigit() or int(task) >= len(doc["argv"]):
         raise InputError(f"{plan_path}: run as a task of its array job (SLURM_ARRAY_TASK_ID {task!r})")
     job = env.get("SLURM_ARRAY_JOB_ID", "0")
-    work = _scratch(env, job, task)
+    work = task_scratch(env, job, task)
     out = Path(doc["out"]) / f"window-{task}"
     clean = {k: v for k, v in env.items() if not k.startswith(_OUTER_ENV)}
     clean["SLURM_HETERO_OUTER_JOB"] = f"{job}_{task}"

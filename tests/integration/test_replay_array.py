@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from slurm_hetero.devcluster import Cluster
+from slurm_hetero.replay.array import task_scratch
 from slurm_hetero.replay.fidelity import runtime_bound_s
 from slurm_hetero.replay.metrics import ALL, release_lags, runtime_errors
 from slurm_hetero.replay.run import ArmResult
@@ -70,5 +71,4 @@ def test_windows_replay_as_array_tasks_each_on_its_own_cluster(cluster: Cluster,
     assert [row[:3] for row in rows] == [["COMPLETED", "0:0", NODE]] * 2, rows
     assert rows[1][3] >= rows[0][4], rows  # ISO times: task 1 started once task 0 had ended
     # Each task removed its scratch (its clusters, under the job's TMPDIR) once it succeeded.
-    scratch = Path(os.environ.get("TMPDIR") or "/var/tmp")
-    assert not list(scratch.glob(f"slurm-hetero-replay-{job}_*"))
+    assert not [i for i in (0, 1) if task_scratch(dict(os.environ), job, str(i)).exists()]
