@@ -127,8 +127,16 @@ def main() -> None:
     ap.add_argument("--index", type=int, default=0)
     ap.add_argument("--seconds", type=float, default=5.0, help="length of one measured run under performance")
     ap.add_argument("--sweep", action="store_true", help="also measure caps and clocks around the defaults")
+    ap.add_argument("--point", action="append", default=[], metavar="NAME:CLOCK:CAP",
+                    help="one more policy to measure: a GPU clock level or MHz and a power cap "
+                         "(W or %%), either empty, e.g. clk1300-cap50:1300:50%%")
+    ap.add_argument("--only-points", action="store_true", help="performance and the --point policies only")
     ap.add_argument("--stand-in", action="store_true", help="CPU workloads (no GPU): tests the script")
     args = ap.parse_args()
+    try:
+        points = [point(text) for text in args.point]
+    except ValueError as e:
+        ap.error(str(e))
     if args.devices.startswith("fake:") and not Path(args.devices[5:]).exists():
         FakeDevices.create(args.devices[5:], "gpu", 1, "fake", default_w=700)
     dev = open_devices(args.devices)
@@ -140,7 +148,9 @@ def main() -> None:
     print(f"device {args.index}: {info.name} (default limit {info.power_default_w:g} W, "
           f"range {info.power_min_w:g}-{info.power_max_w:g} W, clocks {info.clocks_mhz}), "
           f"workloads: {lib}, layer: {dev.name}", flush=True)
-    policies = [p for p in DEFAULT_POLICIES if p.name != "auto"] + (list(SWEEP) if args.sweep else [])
+    defaults = [p for p in DEFAULT_POLICIES
+                if p.name == "performance" or (not args.only_points and p.name != "auto")]
+    policies = defaults + (list(SWEEP) if args.sweep else []) + points
     results: dict[tuple[str, str], tuple[float, float]] = {}
     try:
         _reset(dev, args.index)
@@ -163,6 +173,14 @@ def main() -> None:
         base_s, base_j = results[("performance", name)]
         print(f"{policy:<12} {name:<14} {secs:8.2f} {joules:10.1f} {secs / base_s:10.3f} "
               f"{joules / base_j if base_j else float('nan'):12.3f}")
+
+
+def point(text: str) -> EnergyPolicy:
+    """NAME:CLOCK:CAP (--point) as a policy."""
+    parts = text.split(":")
+    if len(parts) != 3 or not parts[0]:
+        raise ValueError(f"--point {text!r}: use NAME:CLOCK:CAP, e.g. clk1300-cap50:1300:50%")
+    return EnergyPolicy(parts[0], gpu_freq=parts[1] or None, gpu_power_cap=parts[2] or None)
 
 
 def _reset(dev: DeviceLayer, index: int) -> None:

@@ -11,12 +11,14 @@ import platform
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from slurm_hetero.energy.devices import DeviceInfo, DeviceLayer
 from slurm_hetero.site.catalog import AccelModel
-from slurm_hetero.site.model import Site
 from slurm_hetero.site.names import normalize_arch
+
+if TYPE_CHECKING:  # the site model needs ClusterShell; probing a node does not
+    from slurm_hetero.site.model import Site
 
 
 @dataclass
