@@ -14,7 +14,9 @@ history of --users users) in `lua5.1` under cachegrind, N and 2N decisions with 
 --thrash-mb read between them, in a last-level cache of half that size; per decision is the
 difference, less the same runs of a pass-through script (the buffer read and the driver).
 job_desc is an empty table whose __index/__newindex are Lua functions (C in slurmctld).
-Arms: current, without the model, and with --baseline-bridge FILE an older bridge.lua.
+Arms: current, without the model, both again with one user sending the same request (a
+burst: the model answers a repeated question from its last answer), and with
+--baseline-bridge FILE an older bridge.lua.
 Needs valgrind (apt install valgrind). Prints figures only.
 """
 
@@ -115,17 +117,22 @@ def main() -> None:
             finally:
                 conf_bridge.BRIDGE_LUA = saved
 
-        arms = {"pass-through": PASS_THROUGH, "current": render(model),
-                "current, no model": render(None)}
+        # Each decision another user (the model's trees run each time), or, "one user", the
+        # same request from one user again and again: a burst, whose repeated prediction the
+        # model answers from its last one.
+        current, plain = render(model), render(None)
+        arms = {"pass-through": (PASS_THROUGH, args.users), "current": (current, args.users),
+                "current, no model": (plain, args.users), "current, one user": (current, 1),
+                "no model, one user": (plain, 1)}
         if args.baseline_bridge:
-            arms["baseline"] = render(model, args.baseline_bridge)
+            arms["baseline"] = (render(model, args.baseline_bridge), args.users)
         driver = work / "drive.lua"
         driver.write_text(DRIVER % options_env())
         per: dict[str, dict[str, float]] = {}
-        for name, text in arms.items():
+        for name, (text, users) in arms.items():
             script = work / f"{name.replace(' ', '_').replace(',', '')}.lua"
             script.write_text(text)
-            a, b = (counts(args.lua, driver, script, k, args.thrash_mb, now, args.users, work / f"cg.{k}")
+            a, b = (counts(args.lua, driver, script, k, args.thrash_mb, now, users, work / f"cg.{k}")
                     for k in (args.n, 2 * args.n))
             per[name] = {e: (b[e] - a[e]) / args.n for e in EVENTS}
     base = per.pop("pass-through")

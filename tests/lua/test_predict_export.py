@@ -164,6 +164,42 @@ def test_job_from_desc(lua: Any, lmodel: Any) -> None:
         assert lmodel.predict_desc(d, 2e9, "cpu") == lmodel.predict(lmodel.job_from_desc(d, 2e9, "cpu"))
 
 
+def test_the_same_question_is_answered_once(lua: Any, lmodel: Any) -> None:
+    # The per-job path keeps its last 4 answers: a burst of like jobs in one second runs the
+    # trees once per question. Counted in VM instructions; every answer equals a fresh prediction.
+    out = lua.execute("""
+        local m = ...
+        local function cost(desc, now)
+            local n = 0
+            debug.sethook(function() n = n + 1 end, "", 1)
+            local c, u = m.predict_desc_as(desc, now, "cpu", nil, nil, nil)
+            debug.sethook()
+            local fc, fu = m.predict(m.job_from_desc(desc, now, "cpu"))
+            return n, c == fc and u == fu
+        end
+        local a = { user_name = "user001", time_limit = 120, min_cpus = 4 }
+        local rows = {}
+        local function step(desc, now) local n, same = cost(desc, now); rows[#rows + 1] = { n, same } end
+        step(a, 2e9); step(a, 2e9)                                   -- asked again: no trees
+        step(a, 2e9 + 1)                                             -- a second later
+        step({ user_name = "user001", time_limit = 120, min_cpus = 8 }, 2e9 + 1)  -- another job
+        step({ user_name = "user002", time_limit = 120, min_cpus = 8 }, 2e9 + 1)  -- another user
+        step({ user_name = "user002", time_limit = 120, min_cpus = 8 }, 2e9 + 1)
+        step({ user_name = "user002", time_limit = 120, min_cpus = 8, tres_per_node = "gres:gpu:1" }, 2e9 + 1)
+        step({ user_name = "user002", time_limit = 4294967294 }, 2e9 + 1)  -- no limit
+        step(a, 2e9 + 1)                                             -- 4 others since: gone
+        step({ user_name = "user002", time_limit = 120, min_cpus = 8 }, 2e9 + 1)  -- 3 since: kept
+        return rows
+    """, lmodel)
+    rows = [(out[i][1], out[i][2]) for i in range(1, len(out) + 1)]
+    assert all(same for _, same in rows)
+    full = rows[0][0]
+    repeated = [n for i, (n, _) in enumerate(rows) if i in (1, 5, 9)]
+    asked = [n for i, (n, _) in enumerate(rows) if i in (0, 2, 3, 4, 6, 7, 8)]  # 8: 4 others since
+    assert all(n < full / 3 for n in repeated), rows
+    assert all(n > full / 2 for n in asked), rows
+
+
 def test_user_name_looked_up_once_per_uid_and_hour(lua: Any, lmodel: Any) -> None:
     # slurmctld resolves job_desc.user_name through NSS at each read: once per uid and hour.
     reads = lua.execute("""
