@@ -21,6 +21,12 @@ a strictly increasing mtime; the first submission after a swap pays for the re-r
 not timed, and it is checked: its admin comment says which script decided it.
 
 Where the time goes, each part on its own:
+  - CPU per submission, per arm and batch: the submit loops and their sbatch processes
+    (getrusage of the waited children, microseconds), each of this cluster's daemons
+    (/proc/PID/stat, 10 ms ticks: coarse per batch, not summed over rounds) and the whole
+    machine (/proc/stat). Where the CPUs saturate (the concurrent runs on 2 cores), plain's
+    cluster CPU per job (clients and daemons) over the bridge's is the throughput ratio the
+    bridge allows, without the load from elsewhere on the machine that moves the wall clock;
   - slurmctld: `sdiag` REQUEST_SUBMIT_BATCH_JOB mean time per arm (reset before each batch;
     the RPC handler, job_submit/lua included; munge decoding and the socket are not);
   - the client: `sbatch --help` with and without the plugin in plugstack.conf (loads
@@ -45,6 +51,7 @@ import argparse
 import math
 import os
 import re
+import resource
 import shutil
 import statistics
 import subprocess
@@ -70,6 +77,47 @@ SBATCH = ["sbatch", "-H", "-Q", "-o", "/dev/null"]
 PARSABLE = ["sbatch", "-H", "--parsable", "-o", "/dev/null"]  # -Q would hide the job id
 
 
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+@dataclass(frozen=True)
+class CpuUse:
+    """CPU seconds: the clients (submit loops and their sbatch), each daemon, the machine."""
+    clients: float
+    daemons: dict[str, float]
+    machine: float
+
+    def __sub__(self, o: CpuUse) -> CpuUse:
+        return CpuUse(self.clients - o.clients,
+                      {k: v - o.daemons.get(k, 0.0) for k, v in self.daemons.items()},
+                      self.machine - o.machine)
+
+    def per_job(self, n: int) -> CpuUse:
+        return CpuUse(self.clients / n, {k: v / n for k, v in self.daemons.items()}, self.machine / n)
+
+
+def daemon_group(name: str) -> str:
+    """slurmd-cpu-x86-01 -> slurmd: the node daemons are counted together."""
+    return name.split("-", 1)[0]
+
+
+def cpu_now(pids: dict[int, str]) -> CpuUse:
+    """CPU seconds so far. Children count once waited for: read it when no submit loop runs.
+    /proc counts in clock ticks (10 ms): a batch's figure is coarse, its sum over rounds not."""
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    daemons: dict[str, float] = {}
+    for pid, name in pids.items():
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        group = daemon_group(name)
+        daemons[group] = daemons.get(group, 0.0) + (int(fields[11]) + int(fields[12])) / TICK
+    cpu = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    busy = cpu[0] + cpu[1] + cpu[2] + cpu[5] + cpu[6]  # user nice system irq softirq (guest is in user)
+    return CpuUse(kids.ru_utime + kids.ru_stime, daemons, busy / TICK)
+
+
 @dataclass
 class Arm:
     name: str
@@ -80,6 +128,7 @@ class Arm:
     jobs: dict[int, int] = field(default_factory=dict)
     rpc_us: dict[int, list[float]] = field(default_factory=dict)  # per batch, sdiag mean
     batches: dict[int, list[float]] = field(default_factory=dict)  # per batch, seconds per job
+    cpu: dict[int, list[CpuUse]] = field(default_factory=dict)  # per batch, CPU seconds per job
 
 
 def model_file(d: Path, users: int) -> Path:
@@ -146,7 +195,8 @@ class Snapshots:
             self.at = time.monotonic()
 
 
-def run_batch(c: Cluster, swap: Swapper, arm: Arm, n: int, submitters: int, snaps: Snapshots) -> None:
+def run_batch(c: Cluster, swap: Swapper, arm: Arm, n: int, submitters: int, snaps: Snapshots,
+              pids: dict[int, str]) -> None:
     env = {"SLURM_CONF": str(arm.conf), "PATH": "/usr/bin:/bin"}
     snaps.refresh()
     swap.put(arm.lua)
@@ -159,11 +209,13 @@ def run_batch(c: Cluster, swap: Swapper, arm: Arm, n: int, submitters: int, snap
         raise SystemExit(f"arm {arm.name}: job {jid} was decided by the wrong script: {admin!r}")
     subprocess.run(["sdiag", "-r"], env=env, check=True, stdout=subprocess.DEVNULL)
     per = [n // submitters + (1 if i < n % submitters else 0) for i in range(submitters)]
+    cpu0 = cpu_now(pids)
     t0 = time.perf_counter()
     procs = [submit_loop(env, arm.options, k) for k in per]
     if any(p.wait() != 0 for p in procs):
         raise SystemExit(f"arm {arm.name}: a submission failed")
     spent = time.perf_counter() - t0
+    arm.cpu.setdefault(submitters, []).append((cpu_now(pids) - cpu0).per_job(n))
     arm.seconds[submitters] = arm.seconds.get(submitters, 0.0) + spent
     arm.batches.setdefault(submitters, []).append(spent / n)
     arm.jobs[submitters] = arm.jobs.get(submitters, 0) + n
@@ -352,6 +404,9 @@ def main() -> None:
     ap.add_argument("--total", type=int, default=1000, help="timed submissions per arm and submitter count")
     ap.add_argument("--batch", type=int, default=20, help="submissions per arm and round")
     ap.add_argument("--concurrent", type=int, default=8, help="submitters of the concurrent runs (0: none)")
+    ap.add_argument("--concurrent-batch", type=int, default=80,
+                    help="submissions per arm and round of the concurrent runs (a few per submitter "
+                         "would time mostly their start and the wait for the last one)")
     ap.add_argument("--users", type=int, default=40, help="users in the model's history table")
     ap.add_argument("--baseline-bridge", type=Path, help="an older bridge.lua: a fourth arm, 'before'")
     ap.add_argument("--baseline-plugin", type=Path, help="an older hetero.so for the 'before' arm")
@@ -403,12 +458,14 @@ def main() -> None:
                     Arm("equiv", plain_conf, PASS_THROUGH, equivalent_options(decided)),
                     Arm("bridge", c.conf, bridge_lua, BRIDGE_OPTS)] + ([before] if before else [])
             client = client_cost({"without plugin": plain_conf, "with plugin": c.conf}, 200)
-            rounds = max(1, args.total // args.batch)
+            pids = {pid: d.name for d in c.daemons() if (pid := c.pid(d)) is not None}
+            batches = {subs: args.batch if subs == 1 else args.concurrent_batch for subs in counts}
+            rounds = {subs: max(1, args.total // batches[subs]) for subs in counts}
             for subs in counts:
-                for r in range(rounds):
+                for r in range(rounds[subs]):
                     order = arms[r % len(arms):] + arms[:r % len(arms)]
                     for arm in order:
-                        run_batch(c, swap, arm, args.batch, subs, snaps)
+                        run_batch(c, swap, arm, batches[subs], subs, snaps, pids)
                     # Held jobs would pile up; cancelled ones stay MinJobAge in every arm alike.
                     c.runner.run(["scancel", "--state=PENDING"], check=False)
             profiles = {arm.name: perf_profile(c, swap, arm, args.perf, Path(d), snaps) for arm in arms} \
@@ -424,7 +481,9 @@ def main() -> None:
             c.runner.run(["scancel", "--state=PENDING"], check=False)
             c.down(log=lambda *_: None)
             shutil.rmtree(d, ignore_errors=True)
-    print(f"held submissions, {rounds} interleaved rounds of {args.batch} per arm, model history of "
+    plan = ", ".join(f"{subs} submitter{'s' if subs > 1 else ''}: {rounds[subs]} rounds of {batches[subs]}"
+                     for subs in counts)
+    print(f"held submissions, interleaved rounds per arm ({plan}), model history of "
           f"{args.users} users, demo site, {os.cpu_count()} CPUs (load at the end {load[0]:.1f})")
     print(f"  equiv options: {' '.join(arms[1].options)}")
     print(f"  slurmctld log lines of the bridge: {len(bridge_log)}")
@@ -450,16 +509,49 @@ def main() -> None:
             pairs += [("before", "plain", ""), ("bridge", "before", "")]
         for x, y, note in pairs:
             print(f"    throughput {x}/{y}: {ratio(by[y], by[x], subs)}{note}")
+        print_cpu(arms, subs, pairs)
     if profiles:
         print_profiles(profiles)
+
+
+def print_cpu(arms: list[Arm], subs: int, pairs: list[tuple[str, str, str]]) -> None:
+    """CPU per submission by part, and the machine's CPU ratio of each pair."""
+    groups = sorted({g for a in arms for u in a.cpu[subs] for g in u.daemons},
+                    key=lambda g: -max(sum(u.daemons.get(g, 0.0) for u in a.cpu[subs]) for a in arms))
+    shown = [g for g in groups if g in ("slurmctld", "munged", "slurmdbd", "mariadb")]
+    print("    CPU per submission, ms (clients: the sbatch processes and their loops; rest: everything "
+          "else on the machine, kernel threads included):")
+    heads = ["clients", *shown, "other", "rest", "machine"]  # other: the remaining daemons
+    print("      " + " " * 7 + "".join(f"{h:>10s}" for h in heads))
+    for arm in arms:
+        n = len(arm.cpu[subs])
+        clients = sum(u.clients for u in arm.cpu[subs]) / n
+        part = {g: sum(u.daemons.get(g, 0.0) for u in arm.cpu[subs]) / n for g in groups}
+        machine = sum(u.machine for u in arm.cpu[subs]) / n
+        others = sum(v for g, v in part.items() if g not in shown)
+        rest = machine - clients - sum(part.values())
+        cells = [clients, *(part[g] for g in shown), others, rest, machine]
+        print(f"      {arm.name:7s}" + "".join(f"{v * 1e3:10.3f}" for v in cells))
+    by = {a.name: a for a in arms}
+    for x, y, _ in pairs:
+        cx = [u.clients + sum(u.daemons.values()) for u in by[x].cpu[subs]]
+        cy = [u.clients + sum(u.daemons.values()) for u in by[y].cpu[subs]]
+        print(f"    cluster CPU per job (clients and daemons) {y}/{x}: "
+              f"{compare(statistics.mean(cy), statistics.mean(cx), cy, cx)}")
 
 
 def ratio(slow: Arm, fast: Arm, subs: int) -> str:
     """fast's throughput over slow's: over all jobs, and the median and quartiles of the
     rounds' ratios (one batch of each arm per round, so a burst of load elsewhere on the
     machine falls on both)."""
-    total = (slow.seconds[subs] / slow.jobs[subs]) / (fast.seconds[subs] / fast.jobs[subs])
-    per = sorted(a / b for a, b in zip(slow.batches[subs], fast.batches[subs], strict=True))
+    return compare(slow.seconds[subs] / slow.jobs[subs], fast.seconds[subs] / fast.jobs[subs],
+                   slow.batches[subs], fast.batches[subs])
+
+
+def compare(slow_total: float, fast_total: float, slow: list[float], fast: list[float]) -> str:
+    """slow/fast of per-job costs: over all jobs, and over the rounds (batch by batch)."""
+    total = slow_total / fast_total
+    per = sorted(a / b for a, b in zip(slow, fast, strict=True) if b > 0)
     q = statistics.quantiles(per, n=4) if len(per) >= 2 else [per[0]] * 3
     text = f"{total:.3f} (per round: median {q[1]:.3f}, quartiles {q[0]:.3f}-{q[2]:.3f}, {len(per)} rounds"
     if len(per) >= 10:  # rounds are independent draws of the machine's noise: a normal interval
