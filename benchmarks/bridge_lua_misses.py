@@ -51,9 +51,10 @@ slurm = { SUCCESS = 0, ERROR = -1 }
 for _, k in ipairs({ "user", "error", "info", "debug", "verbose" }) do slurm["log_" .. k] = function() end end
 assert(loadfile(script))()
 local env = { %s }
+local senv = { %s }  -- sbatch sends the options in the SPANK job environment too
 local function desc(i)
     local fields = { user_name = string.format("user%%05d", (i * 7919) %% users), user_id = 1000 + i %% users,
-                     time_limit = 60, min_cpus = 4 }
+                     time_limit = 60, min_cpus = 4, spank_job_env = senv }
     local e = setmetatable({}, { __index = function(_, k) return env[k] end })
     return setmetatable({}, { __index = function(_, k)
                                   if k == "environment" then return e end
@@ -71,9 +72,11 @@ if failed > 0 then error(failed .. " decisions failed") end
 """
 
 
-def options_env() -> str:
-    pairs = (o.removeprefix("--").split("=", 1) for o in BRIDGE_OPTS)
-    return ", ".join(f'_SLURM_SPANK_OPTION_hetero_{k} = "{v}"' for k, v in pairs)
+def options_env() -> tuple[str, str]:
+    """The request as the job's environment and as its SPANK job environment (from index 0)."""
+    pairs = [o.removeprefix("--").split("=", 1) for o in BRIDGE_OPTS]
+    return (", ".join(f'_SLURM_SPANK_OPTION_hetero_{k} = "{v}"' for k, v in pairs),
+            ", ".join(f'[{i}] = "_SLURM_SPANK_OPTION_hetero_{k}={v}"' for i, (k, v) in enumerate(pairs)))
 
 
 def counts(lua: str, driver: Path, script: Path, n: int, thrash_mb: int, now: int, users: int,

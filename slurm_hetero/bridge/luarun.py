@@ -71,13 +71,13 @@ class JobSubmit:
                **fields: Any) -> tuple[int, dict[str, Any]]:
         """slurm_job_submit on a job_desc of `fields` plus hetero options; (rc, job_desc)."""
         env = {OPTION_PREFIX + k: v for k, v in (options or {}).items()}
-        if srun:  # slurmctld fills spank_job_env from index 0, as a C array
+        if env:  # sbatch, srun and salloc all send it; slurmctld fills it from index 0, as a C array
             senv = self.lua.table()
             for i, (k, v) in enumerate(env.items()):
                 senv[i] = f"{k}={v}"
-            fields["spank_job_env"] = senv
-        else:
-            fields["environment"] = self.lua.table_from(env)
+            fields.setdefault("spank_job_env", senv)
+        if not srun:  # sbatch: the options in the job's environment too
+            fields.setdefault("environment", self.lua.table_from(env))
         desc = self.lua.table_from(fields)
         rc = self.lua.globals().slurm_job_submit(desc, self.lua.table(), 0)
         out = {k: v for k, v in dict(desc).items() if k not in ("environment", "spank_job_env")}

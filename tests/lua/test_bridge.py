@@ -183,6 +183,28 @@ def test_srun_options_from_spank_job_env(js: JobSubmit) -> None:
     assert rc == 0 and desc["tres_per_node"] == "gres:npu:910b:2" and desc["qos"] == "silver"
 
 
+def spank_env(js: JobSubmit, **options: str) -> Any:
+    senv = js.lua.table()
+    for i, (k, v) in enumerate(options.items()):
+        senv[i] = f"_SLURM_SPANK_OPTION_hetero_{k}={v}"
+    return senv
+
+
+def test_options_come_from_one_place(js: JobSubmit) -> None:
+    # The job's environment when it holds any option (sbatch; a user without the plugin):
+    # the SPANK copy is not read, so it cannot add to or change what the environment says.
+    env = js.lua.table_from({"_SLURM_SPANK_OPTION_hetero_accel": "h100:1"})
+    rc, desc = js.submit(environment=env, spank_job_env=spank_env(js, accel="cann:2", tier="gold"))
+    assert rc == 0 and desc["tres_per_node"] == "gres:gpu:h100:1" and "qos" not in desc
+    # An environment without any (sbatch --export=NONE): the SPANK job environment.
+    env = js.lua.table_from({"PATH": "/usr/bin"})
+    rc, desc = js.submit(environment=env, spank_job_env=spank_env(js, accel="cann:2", tier="gold"))
+    assert rc == 0 and desc["tres_per_node"] == "gres:npu:910b:2" and desc["qos"] == "gold"
+    # Names that are no option of ours are ignored there as in the environment.
+    rc, desc = js.submit(environment=env, spank_job_env=spank_env(js, gpus="8", tier="gold"))
+    assert rc == 0 and desc["qos"] == "gold" and "tres_per_node" not in desc
+
+
 # ---- checkpointed jobs: requeued, the folder and the flag recorded ----------------------
 
 @pytest.mark.parametrize("srun", [False, True])

@@ -376,34 +376,29 @@ local function parse_accel(value)
     return req
 end
 
--- Each option's value: the job's environment first (sbatch), else the SPANK job environment
--- (srun, salloc; sbatch too), which is read in one pass and only when an option is missing
--- from the environment. nil when no option is given.
-local NO_OPTIONS = {}  -- read only
+-- Each option's value, from one place: the job's environment when it holds any of them (sbatch
+-- puts every option it processed there, as does a user who sets the variables without the
+-- plugin), else the SPANK job environment (srun, salloc, sbatch --export=NONE), read in one
+-- pass. sbatch carries each option in both: reading the second one too cost every job a table
+-- of strings and a pattern match per entry for nothing. nil when no option is given.
 local OPTION_KEYS = {}  -- the environment names, made once
-for i, name in ipairs(OPTION_NAMES) do OPTION_KEYS[i] = OPTION_PREFIX .. name end
+local KNOWN_OPTION = {}
+for i, name in ipairs(OPTION_NAMES) do OPTION_KEYS[i], KNOWN_OPTION[name] = OPTION_PREFIX .. name, true end
 local function read_options(job_desc)
-    local opts, seen, spank = {}, false, nil
+    local opts, seen = {}, false
     local env = job_desc.environment
-    for i, name in ipairs(OPTION_NAMES) do
-        local v = env and env[OPTION_KEYS[i]]
-        if v == nil then
-            if spank == nil then
-                spank = NO_OPTIONS
-                local senv = job_desc.spank_job_env
-                if senv then
-                    spank = {}
-                    for _, kv in pairs(senv) do  -- slurmctld fills it from index 0: not ipairs
-                        local k, val = string.match(kv, "^_SLURM_SPANK_OPTION_hetero_([%w_]+)=(.*)$")
-                        if k then spank[k] = val end
-                    end
-                end
-            end
-            v = spank[name]
+    if env then
+        for i, name in ipairs(OPTION_NAMES) do
+            local v = env[OPTION_KEYS[i]]
+            if v ~= nil then opts[name], seen = v, true end
         end
-        if v ~= nil then
-            opts[name], seen = v, true
-        end
+        if seen then return opts end
+    end
+    local senv = job_desc.spank_job_env
+    if senv == nil then return nil end
+    for _, kv in pairs(senv) do  -- slurmctld fills it from index 0: not ipairs
+        local k, val = string.match(kv, "^_SLURM_SPANK_OPTION_hetero_([%w_]+)=(.*)$")
+        if k and KNOWN_OPTION[k] then opts[k], seen = val, true end
     end
     return seen and opts or nil
 end
