@@ -150,6 +150,17 @@ def test_srun_and_salloc_take_the_options(cluster: Cluster) -> None:
     assert r.stdout.strip() == "gh200-01"
 
 
+@pytest.mark.parametrize("export", ["NONE", "ALL", "PATH"])
+def test_sbatch_options_reach_the_bridge_whatever_it_exports(cluster: Cluster, export: str) -> None:
+    # The bridge reads the options from the job's environment when it holds any, else from
+    # the SPANK job environment: --export=NONE or a list leaves them out of the first.
+    r = sbatch(cluster, "-H", f"--export={export}", "--accel=h100:1", "--tier=silver")
+    jid = int(r.stdout)
+    job = show_job(cluster, jid)
+    cluster.runner.run(["scancel", str(jid)])
+    assert (job["TresPerNode"], job["QOS"]) == (spelled(cluster, "gres:gpu:h100:1"), "silver")
+
+
 def test_plain_jobs_pass_untouched(cluster: Cluster) -> None:
     r = sbatch(cluster, "-H", "--gres=gpu:a100-80gb:1", "-p", "gpu", "-C", "x86_64", "--qos=silver")
     jid = int(r.stdout)
