@@ -288,6 +288,7 @@ end
 local OPTION_KEYS = {}  -- the environment names, made once
 local KNOWN_OPTION = {}
 for i, name in ipairs(OPTION_NAMES) do OPTION_KEYS[i], KNOWN_OPTION[name] = OPTION_PREFIX .. name, true end
+local SPANK_ENTRY = "^" .. OPTION_PREFIX .. "([%w_]+)=(.*)$"  -- the prefix has no magic characters
 local function read_options(job_desc)
     local opts, seen = {}, false
     local env = job_desc.environment
@@ -301,7 +302,7 @@ local function read_options(job_desc)
     local senv = job_desc.spank_job_env
     if senv == nil then return nil end
     for _, kv in pairs(senv) do  -- slurmctld fills it from index 0: not ipairs
-        local k, val = string.match(kv, "^_SLURM_SPANK_OPTION_hetero_([%w_]+)=(.*)$")
+        local k, val = string.match(kv, SPANK_ENTRY)
         if k and KNOWN_OPTION[k] then opts[k], seen = val, true end
     end
     return seen and opts or nil
