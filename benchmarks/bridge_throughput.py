@@ -28,7 +28,10 @@ Where the time goes, each part on its own:
     cluster CPU per job (clients and daemons) over the bridge's is the throughput ratio the
     bridge allows, without the load from elsewhere on the machine that moves the wall clock;
   - slurmctld: `sdiag` REQUEST_SUBMIT_BATCH_JOB mean time per arm (reset before each batch;
-    the RPC handler, job_submit/lua included; munge decoding and the socket are not);
+    the RPC handler, job_submit/lua included; munge decoding and the socket are not), and
+    its split: job_allocate's own time, which slurmctld logs per job ("usec=", timed after
+    job_submit/lua and the locks), and the rest of the handler, job_submit/lua's call the
+    part that differs between arms;
   - the client: `sbatch --help` with and without the plugin in plugstack.conf (loads
     plugstack.conf and the plugin and registers its options, then exits: no controller),
     and per arm the serial wall time minus slurmctld's RPC time;
@@ -129,6 +132,7 @@ class Arm:
     rpc_us: dict[int, list[float]] = field(default_factory=dict)  # per batch, sdiag mean
     batches: dict[int, list[float]] = field(default_factory=dict)  # per batch, seconds per job
     cpu: dict[int, list[CpuUse]] = field(default_factory=dict)  # per batch, CPU seconds per job
+    ids: dict[int, list[int]] = field(default_factory=dict)  # the timed jobs' ids
 
 
 def model_file(d: Path, users: int) -> Path:
@@ -202,7 +206,7 @@ def run_batch(c: Cluster, swap: Swapper, arm: Arm, n: int, submitters: int, snap
     swap.put(arm.lua)
     # Untimed: pays the re-read of a swapped script; its decision shows which script ran.
     jid = subprocess.run([*PARSABLE, *arm.options, "--wrap", "true"], env=env, check=True,
-                         capture_output=True, text=True).stdout.strip()
+                         capture_output=True, text=True).stdout.strip().split(";")[0]
     admin = parse_kv_record(c.runner.out(["scontrol", "show", "job", jid])).get("AdminComment", "")
     bridged = arm.lua != PASS_THROUGH
     if ("hetero" in admin) != bridged or (bridged and '"pred"' not in admin):
@@ -219,9 +223,19 @@ def run_batch(c: Cluster, swap: Swapper, arm: Arm, n: int, submitters: int, snap
     arm.seconds[submitters] = arm.seconds.get(submitters, 0.0) + spent
     arm.batches.setdefault(submitters, []).append(spent / n)
     arm.jobs[submitters] = arm.jobs.get(submitters, 0) + n
+    # Nothing else submits meanwhile (the bridge daemon is stopped): the next n ids are these.
+    arm.ids.setdefault(submitters, []).extend(range(int(jid) + 1, int(jid) + 1 + n))
     us = sdiag_submit_us(env)
     if us is not None:
         arm.rpc_us.setdefault(submitters, []).append(us)
+
+
+SUBMIT_LINE = re.compile(r"_slurm_rpc_submit_batch_job: JobId=(\d+) InitPrio=\d+ usec=(\d+)$", re.M)
+
+
+def allocate_usec(log: str) -> dict[int, int]:
+    """slurmctld.log's per-job line (info level): job id -> microseconds in job_allocate."""
+    return {int(m.group(1)): int(m.group(2)) for m in SUBMIT_LINE.finditer(log)}
 
 
 PERF_HZ = 1000
@@ -475,8 +489,10 @@ def main() -> None:
             load = os.getloadavg()
             # The bridge logs only on internal errors and snapshot changes: per-job lines would
             # mean a broken arm (and log I/O in every submission).
-            bridge_log = [ln for ln in (c.log / "slurmctld.log").read_text(errors="replace").splitlines()
+            ctld_log = (c.log / "slurmctld.log").read_text(errors="replace")
+            bridge_log = [ln for ln in ctld_log.splitlines()
                           if "slurm-hetero" in ln or "job_submit/lua" in ln]
+            alloc = allocate_usec(ctld_log)
         finally:
             c.runner.run(["scancel", "--state=PENDING"], check=False)
             c.down(log=lambda *_: None)
@@ -497,9 +513,14 @@ def main() -> None:
         for arm in arms:
             rate = arm.jobs[subs] / arm.seconds[subs]
             rpc = statistics.mean(arm.rpc_us[subs]) if arm.rpc_us.get(subs) else float("nan")
-            extra = ""
+            got = [alloc[i] for i in arm.ids[subs] if i in alloc]
+            extra = " (job_allocate: not logged)"
+            if got:
+                us_alloc = statistics.mean(got)
+                extra = (f" (job_allocate {us_alloc / 1e3:.2f}, the rest {(rpc - us_alloc) / 1e3:.2f}; "
+                         f"{len(got)} of {len(arm.ids[subs])} jobs logged)")
             if subs == 1:
-                extra = f", client+transport {arm.seconds[subs] / arm.jobs[subs] * 1e3 - rpc / 1e3:.2f} ms"
+                extra += f", client+transport {arm.seconds[subs] / arm.jobs[subs] * 1e3 - rpc / 1e3:.2f} ms"
             each = arm.seconds[subs] / arm.jobs[subs] * 1e3
             print(f"    {arm.name:6s} {rate:7.1f} jobs/s ({each:.2f} ms each wall), "
                   f"slurmctld RPC {rpc / 1e3:.2f} ms{extra}")

@@ -108,6 +108,15 @@ local function bridge(...)
 -- most every SNAPSHOT_CHECK_S s, and only when it changed). Invalid user input rejects the
 -- job with one line; internal errors let it pass unchanged.
 
+-- The library functions a decision calls, as upvalues: a global such as string.find is two
+-- hash look-ups (the globals, then the library) per call, and in slurmctld every decision
+-- starts with cold caches, where each look-up is a miss.
+local type, pairs, ipairs, next, pcall, tostring, tonumber = type, pairs, ipairs, next, pcall, tostring, tonumber
+local sfind, smatch, gmatch, gsub, ssub = string.find, string.match, string.gmatch, string.gsub, string.sub
+local sbyte, sformat, lower, srep = string.byte, string.format, string.lower, string.rep
+local floor, ceil, max, min, log, HUGE = math.floor, math.ceil, math.max, math.min, math.log, math.huge
+local tconcat, tsort = table.concat, table.sort
+
 local SITE = ...
 if type(SITE) ~= "table" then SITE = {} end
 local function site(name, default)
@@ -162,7 +171,7 @@ local FLAGS = { migratable = true }
 -- ---- the option grammar: the same as the SPANK plugin's (spank/hetero_opts.h), case for
 -- case (tests/data/grammar/options.cases), because a user can bypass the plugin by setting
 -- _SLURM_SPANK_OPTION_hetero_* in sbatch's environment. Explicit ASCII classes only (Lua's
--- %w, %p and string.lower follow slurmctld's C locale): lower-casing comes after the value
+-- %w, %p and lower follow slurmctld's C locale): lower-casing comes after the value
 -- is known to be printable ASCII. ----------------------------------------------------------
 
 local MAX_VALUE_LEN = 256                    -- HETERO_VALUE_MAX
@@ -189,15 +198,15 @@ local IMAGE_FORMS = "use NAME[:TAG], NAME being '/'-separated components of lett
 
 -- 1 to 256 bytes of printable ASCII without space: what every option value must be.
 local function printable(v)
-    return type(v) == "string" and #v > 0 and #v <= MAX_VALUE_LEN and not string.find(v, "[^!-~]")
+    return type(v) == "string" and #v > 0 and #v <= MAX_VALUE_LEN and not sfind(v, "[^!-~]")
 end
 
--- Decimal digits without a leading zero, at most max; nil otherwise. 16 digits stay exact
+-- Decimal digits without a leading zero, at most limit; nil otherwise. 16 digits stay exact
 -- in a double and every limit here is below 10^16.
-local function uint(digits, max)
-    if digits == "" or #digits > 16 or (#digits > 1 and string.byte(digits) == 48) then return nil end
+local function uint(digits, limit)
+    if digits == "" or #digits > 16 or (#digits > 1 and sbyte(digits) == 48) then return nil end
     local n = tonumber(digits)
-    if n > max then return nil end
+    if n > limit then return nil end
     return n
 end
 
@@ -207,46 +216,46 @@ end
 -- mem_mib (0 when not given), units_text (U as written) }, or nil and why.
 local function accel_syntax(value)
     if not printable(value) then return nil, NOT_PRINTABLE end
-    local s = string.lower(value)
+    local s = lower(value)
     local a = { kind = "name", name = "", count = 1, units_milli = 0, mem_mib = 0 }
     local rest
-    if string.sub(s, 1, 6) == "units=" then
+    if ssub(s, 1, 6) == "units=" then
         local whole, dot, frac
-        whole, dot, frac, rest = string.match(s, "^([0-9]*)(%.?)([0-9]*)(.*)$", 7)
+        whole, dot, frac, rest = smatch(s, "^([0-9]*)(%.?)([0-9]*)(.*)$", 7)
         local w = uint(whole, MAX_UNITS_MILLI / 1000)
         if w == nil or (dot == "." and frac == "") then
             return nil, whole == "" and UNITS_RULE or "units must be a decimal number like 2.5 " ..
                 "(no sign, exponent, leading zero or trailing dot) of at most 100000"
         end
         if #frac > MAX_DECIMALS then return nil, "units has more than 3 decimals" end
-        local milli = w * 1000 + (tonumber(frac .. string.rep("0", MAX_DECIMALS - #frac)))
+        local milli = w * 1000 + (tonumber(frac .. srep("0", MAX_DECIMALS - #frac)))
         if milli == 0 then return nil, UNITS_RULE end
         if milli > MAX_UNITS_MILLI then return nil, "units must be at most 100000" end
         a.kind, a.count, a.units_milli, a.units_text = "units", 0, milli, whole .. dot .. frac
     else
         local name
-        name, rest = string.match(s, "^([a-z0-9][a-z0-9._%-]*)(.*)$")
+        name, rest = smatch(s, "^([a-z0-9][a-z0-9._%-]*)(.*)$")
         if name == nil then return nil, ACCEL_FORMS end
         if #name > MAX_NAME_LEN then return nil, "the name is longer than 64 characters" end
         if name == "any" then a.kind = "any" else a.name = name end
-        if string.byte(rest) == 58 then  -- ":"
+        if sbyte(rest) == 58 then  -- ":"
             local digits
-            digits, rest = string.match(rest, "^:([0-9]*)(.*)$")
+            digits, rest = smatch(rest, "^:([0-9]*)(.*)$")
             local n = uint(digits, MAX_COUNT)
             if n == nil or n < 1 then return nil, COUNT_RULE end
             a.count = n
         end
     end
     if rest ~= "" then
-        if string.byte(rest) ~= 44 then return nil, ACCEL_FORMS end  -- not ","
-        local digits, unit, b = string.match(rest, "^,mem>=([0-9]*)([kmgt]?)(b?)$")
+        if sbyte(rest) ~= 44 then return nil, ACCEL_FORMS end  -- not ","
+        local digits, unit, b = smatch(rest, "^,mem>=([0-9]*)([kmgt]?)(b?)$")
         if digits == nil or (b ~= "" and unit == "") then return nil, MEM_RULE end
         local n = uint(digits, MAX_SIZE)
         if n == nil or n < 1 then  -- digits without a leading zero: above the limit
-            return nil, (n == nil and string.find(digits, "^[1-9]")) and
+            return nil, (n == nil and sfind(digits, "^[1-9]")) and
                 "the memory floor is too large" or MEM_RULE
         end
-        local mib = unit == "k" and math.ceil(n / 1024) or n * MEM_MIB[unit]
+        local mib = unit == "k" and ceil(n / 1024) or n * MEM_MIB[unit]
         if mib > MAX_MEM_MIB then return nil, "the memory floor is too large" end
         a.mem_mib = mib
     end
@@ -256,7 +265,7 @@ end
 -- --arch: any, x86_64, aarch64 or the aliases arm64, armv8, in any case: { arch }.
 local function arch_syntax(value)
     if not printable(value) then return nil, NOT_PRINTABLE end
-    local arch = ARCHES[string.lower(value)]
+    local arch = ARCHES[lower(value)]
     if arch == nil then return nil, "use any, x86_64 or aarch64 (aliases arm64, ARMv8)" end
     return { arch = arch }
 end
@@ -266,8 +275,8 @@ end
 -- as the plugin does without plugstack lists: { name } lower-cased.
 local function name_syntax(value, allowed)
     if not printable(value) then return nil, NOT_PRINTABLE end
-    local s = string.lower(value)
-    if #s > MAX_POLICY_LEN or not string.find(s, "^[a-z][a-z0-9_%-]*$") then return nil, NAME_RULE end
+    local s = lower(value)
+    if #s > MAX_POLICY_LEN or not sfind(s, "^[a-z][a-z0-9_%-]*$") then return nil, NAME_RULE end
     if allowed ~= nil and allowed[s] == nil then return nil, "not offered on this cluster" end
     return { name = s }
 end
@@ -277,19 +286,19 @@ end
 local function image_syntax(value)
     if not printable(value) then return nil, NOT_PRINTABLE end
     local name, tag = value, ""
-    local colon = string.find(value, ":", 1, true)
+    local colon = sfind(value, ":", 1, true)
     if colon then
-        name, tag = string.sub(value, 1, colon - 1), string.sub(value, colon + 1)
-        if #tag > MAX_TAG_LEN or not string.find(tag, "^[A-Za-z0-9_][A-Za-z0-9._%-]*$") then
+        name, tag = ssub(value, 1, colon - 1), ssub(value, colon + 1)
+        if #tag > MAX_TAG_LEN or not sfind(tag, "^[A-Za-z0-9_][A-Za-z0-9._%-]*$") then
             return nil, IMAGE_FORMS
         end
     end
     local pos = 1
     while true do
-        local stop = string.match(name, "^[A-Za-z0-9][A-Za-z0-9._%-]*()", pos)
+        local stop = smatch(name, "^[A-Za-z0-9][A-Za-z0-9._%-]*()", pos)
         if stop == nil then return nil, IMAGE_FORMS end
         if stop > #name then break end
-        if string.byte(name, stop) ~= 47 then return nil, IMAGE_FORMS end  -- not "/"
+        if sbyte(name, stop) ~= 47 then return nil, IMAGE_FORMS end  -- not "/"
         pos = stop + 1
     end
     return { name = name, tag = tag }
@@ -299,8 +308,8 @@ end
 -- component: { path } as given.
 local function checkpoint_syntax(value)
     if not printable(value) then return nil, NOT_PRINTABLE .. " (whitespace included)" end
-    if string.byte(value) ~= 47 then return nil, CHECKPOINT_FORMS end  -- not "/"
-    if string.find(value .. "/", "/../", 1, true) then
+    if sbyte(value) ~= 47 then return nil, CHECKPOINT_FORMS end  -- not "/"
+    if sfind(value .. "/", "/../", 1, true) then
         return nil, "'..' components are not allowed; " .. CHECKPOINT_FORMS
     end
     return { path = value }
@@ -315,14 +324,14 @@ end
 local function sorted_keys(t)
     local out = {}
     for k in pairs(t) do out[#out + 1] = k end
-    table.sort(out)
-    return table.concat(out, ", ")
+    tsort(out)
+    return tconcat(out, ", ")
 end
 local KNOWN_ACCEL = sorted_keys(MODELS) .. ", " .. sorted_keys(MODEL_GROUPS)
 
 -- A user's value, made safe to echo: printable ASCII only, at most 64 characters.
 local function shown(value)
-    local s = string.gsub(string.sub(value, 1, 64), "[^ -~]", "?")
+    local s = gsub(ssub(value, 1, 64), "[^ -~]", "?")
     if #value > 64 then s = s .. "..." end
     return s
 end
@@ -332,10 +341,10 @@ local function reject(option, value, why)
 end
 
 -- A JSON string of s: control characters, '"' and '\\' escaped.
-local function json_escape(c) return string.format("\\u%04x", string.byte(c)) end
+local function json_escape(c) return sformat("\\u%04x", sbyte(c)) end
 local function json_string(s)
-    if not string.find(s, '[%c"\\]') then return '"' .. s .. '"' end  -- the usual case: nothing to escape
-    return '"' .. string.gsub(s, '[%c"\\]', json_escape) .. '"'
+    if not sfind(s, '[%c"\\]') then return '"' .. s .. '"' end  -- the usual case: nothing to escape
+    return '"' .. gsub(s, '[%c"\\]', json_escape) .. '"'
 end
 
 -- ---- option meaning: the site's models, groups and aliases ---------------------------
@@ -369,7 +378,7 @@ local function parse_accel(value)
         end
         req.text = name .. ":" .. req.n
     end
-    if req.mem then req.text = req.text .. ",mem>=" .. math.floor(req.mem / 1024) .. "G" end
+    if req.mem then req.text = req.text .. ",mem>=" .. floor(req.mem / 1024) .. "G" end
     req.json = '"accel":' .. json_string(req.text)
     if accel_memo_n >= ACCEL_MEMO_MAX then accel_memo, accel_memo_n = {}, 0 end
     accel_memo[value], accel_memo_n = req, accel_memo_n + 1
@@ -398,7 +407,7 @@ local function read_options(job_desc)
     local senv = job_desc.spank_job_env
     if senv == nil then return nil end
     for _, kv in pairs(senv) do  -- slurmctld fills it from index 0: not ipairs
-        local k, val = string.match(kv, SPANK_ENTRY)
+        local k, val = smatch(kv, SPANK_ENTRY)
         if k and KNOWN_OPTION[k] then opts[k], seen = val, true end
     end
     return seen and opts or nil
@@ -422,7 +431,7 @@ local SNAPSHOT_INSTRUCTIONS = 1000000
 local POOL_FIELDS = { "total", "free", "free_max_node", "pending" }
 
 local function device_count(v)
-    return type(v) == "number" and v >= 0 and v <= MAX_DEVICES and math.floor(v) == v
+    return type(v) == "number" and v >= 0 and v <= MAX_DEVICES and floor(v) == v
 end
 
 -- The snapshot's data checked: { generated_at, pools = { key = clean copy } } and the list
@@ -432,7 +441,7 @@ local function check_snapshot(data)
         return nil, "not a table with pools"
     end
     local at = data.generated_at
-    if type(at) ~= "number" or at ~= at or at == math.huge or at == -math.huge then
+    if type(at) ~= "number" or at ~= at or at == HUGE or at == -HUGE then
         return nil, "generated_at is not a time"
     end
     local pools, bad = {}, {}
@@ -460,7 +469,7 @@ local function check_snapshot(data)
                            pending = p.pending }
         end
     end
-    table.sort(bad)
+    tsort(bad)
     return { generated_at = at, pools = pools }, bad
 end
 
@@ -501,7 +510,7 @@ local function read_snapshot()
         snap.data, snap.gen, snap.problem = nil, nil, nil
         return
     end
-    local gen = string.match(f:read("*l") or "", "^%-%- hetero%-snapshot (%d+)")
+    local gen = smatch(f:read("*l") or "", "^%-%- hetero%-snapshot (%d+)")
     if gen == nil then
         snap.data, snap.gen, snap.problem = nil, nil, "no generation line"
     elseif gen ~= snap.gen then  -- a new generation: loaded and checked once
@@ -514,7 +523,7 @@ local function read_snapshot()
             snap.problem = nil
             if #bad > 0 then
                 slurm.log_error("slurm-hetero: capacity snapshot %s: %d pool(s) left out: %s%s",
-                    SNAPSHOT_PATH, #bad, table.concat(bad, ", ", 1, math.min(#bad, 5)),
+                    SNAPSHOT_PATH, #bad, tconcat(bad, ", ", 1, min(#bad, 5)),
                     #bad > 5 and ", ..." or "")
             end
         end
@@ -544,8 +553,8 @@ local function snapshot(now)
         return nil, age
     end
     if age < -CLOCK_SKEW_S then
-        note_snapshot("from the future", string.format(" (%d s ahead of this clock): static order applies",
-            math.floor(-age)))
+        note_snapshot("from the future", sformat(" (%d s ahead of this clock): static order applies",
+            floor(-age)))
         return nil, age
     end
     note_snapshot("fresh")
@@ -555,7 +564,7 @@ end
 -- ---- choosing a pool -----------------------------------------------------------------
 
 local function in_list(list, item)
-    for x in string.gmatch(list, "[^,]+") do
+    for x in gmatch(list, "[^,]+") do
         if x == item then return true end
     end
     return false
@@ -573,16 +582,16 @@ local function candidates(req, arch, partition)
             and (req.mem == nil or m.mem_mib >= req.mem) then
             local ok_part = partition == nil
             if not ok_part then
-                for part in string.gmatch(partition, "[^,]+") do
+                for part in gmatch(partition, "[^,]+") do
                     if in_list(p.partitions, part) then ok_part = true end
                 end
             end
-            local n = req.n or math.max(1, math.ceil(req.units / m.units - 1e-9))
+            local n = req.n or max(1, ceil(req.units / m.units - 1e-9))
             if ok_part and n <= p.per_node then
                 k = k + 1
                 local c = cand_recs[k]
                 if c == nil then c = {}; cand_recs[k] = c end
-                c.pool, c.n, c.cost, c.order, c.now, c.backlog = p, n, n * m.units, i, false, math.huge
+                c.pool, c.n, c.cost, c.order, c.now, c.backlog = p, n, n * m.units, i, false, HUGE
                 out[k] = c
             end
         end
@@ -608,13 +617,13 @@ local function choose(cands, data)
         local s = data and data.pools[c.pool.key]
         if s then
             local free = s.free - (placed[c.pool.key] or 0)
-            c.now = (math.min(s.free_max_node, free) >= c.n and s.pending == 0)
-            c.backlog = (s.pending + c.n - free) / math.max(s.total, 1)
+            c.now = (min(s.free_max_node, free) >= c.n and s.pending == 0)
+            c.backlog = (s.pending + c.n - free) / max(s.total, 1)
         else
-            c.now, c.backlog = false, math.huge
+            c.now, c.backlog = false, HUGE
         end
     end
-    table.sort(cands, data and by_snapshot or by_order)
+    tsort(cands, data and by_snapshot or by_order)
     local best = cands[1]
     if data == nil then return best, "static" end
     return best, best.now and "starts-now" or "least-backlog"
@@ -639,8 +648,8 @@ local INT_TEXT = {}
 local function itext(n)
     local s = INT_TEXT[n]
     if s == nil then
-        s = string.format("%d", n)
-        if n >= 0 and n <= 65536 and n == math.floor(n) then INT_TEXT[n] = s end
+        s = sformat("%d", n)
+        if n >= 0 and n <= 65536 and n == floor(n) then INT_TEXT[n] = s end
     end
     return s
 end
@@ -656,7 +665,7 @@ local function pool_text(c)
     if t == nil then
         local m, n = MODELS[c.pool.model], itext(c.n)
         t = { piece = piece("pool", c.pool.key) .. "," .. piece("model", c.pool.model) .. ',"n":' .. n ..
-                  ',"units":' .. string.format("%.2f", c.cost),
+                  ',"units":' .. sformat("%.2f", c.cost),
               alt = c.pool.key .. ":" .. n,
               tres = GRES_PREFIX .. m.gres .. ":" .. m.type .. ":" .. n,
               untyped = GRES_PREFIX .. m.gres .. ":" .. n }
@@ -676,11 +685,11 @@ for ref, img in pairs(IMAGES) do IMAGE_BY_PATH[img.path] = ref end
 -- The accelerator stack a GRES request implies (nil: none, or not known here).
 local function request_stack(tres)
     if tres == nil then return nil end
-    for item in string.gmatch(tres, "[^,]+") do
-        local name, typ = string.match(item, "^gres[:/]([%w_%-]+):([^:]+):%d+$")
+    for item in gmatch(tres, "[^,]+") do
+        local name, typ = smatch(item, "^gres[:/]([%w_%-]+):([^:]+):%d+$")
         local stack = name and GRES_STACKS[name .. ":" .. typ]
         if stack == nil then
-            name = string.match(item, "^gres[:/]([%w_%-]+)")
+            name = smatch(item, "^gres[:/]([%w_%-]+)")
             stack = name and GRES_STACKS[name]
         end
         if stack then return stack end
@@ -689,9 +698,9 @@ local function request_stack(tres)
 end
 
 local function mount_allowed(src, rw)
-    if string.sub(src, 1, 1) ~= "/" or string.find(src .. "/", "/%.%./") then return false end
+    if ssub(src, 1, 1) ~= "/" or sfind(src .. "/", "/%.%./") then return false end
     for _, m in ipairs(MOUNT_ALLOW) do
-        if m.source == "/" or src == m.source or string.sub(src, 1, #m.source + 1) == m.source .. "/" then
+        if m.source == "/" or src == m.source or ssub(src, 1, #m.source + 1) == m.source .. "/" then
             return (not rw) or m.mode == "rw"
         end
     end
@@ -699,13 +708,13 @@ local function mount_allowed(src, rw)
 end
 
 local function mounts_problem(value)
-    for item in string.gmatch(value, "[^,]+") do
-        if not mount_allowed(string.match(item, "^([^:]*)"), string.sub(item, -3) == ":rw") then
+    for item in gmatch(value, "[^,]+") do
+        if not mount_allowed(smatch(item, "^([^:]*)"), ssub(item, -3) == ":rw") then
             local allowed = {}
             for _, m in ipairs(MOUNT_ALLOW) do allowed[#allowed + 1] = m.source .. " (" .. m.mode .. ")" end
             return "hetero: " .. MOUNTS_VAR .. "=" .. shown(value) .. ": " .. shown(item) ..
                 " is outside the site's mount allowlist (allowed: " ..
-                (#allowed > 0 and table.concat(allowed, ", ") or "none") .. ")"
+                (#allowed > 0 and tconcat(allowed, ", ") or "none") .. ")"
         end
     end
     return nil
@@ -714,7 +723,7 @@ end
 -- { ref, path, arch } for a job with --image or --container, or nil and the rejection.
 local function container_for(job_desc, image, arch, tres)
     local option, given, ref = "container", job_desc.container, nil
-    local bypath = job_desc.container and IMAGE_BY_PATH[(string.gsub(job_desc.container, "/+$", ""))]
+    local bypath = job_desc.container and IMAGE_BY_PATH[(gsub(job_desc.container, "/+$", ""))]
     if image then
         option, given = "image", image
         local _, why = image_syntax(image)
@@ -722,7 +731,7 @@ local function container_for(job_desc, image, arch, tres)
             return reject("image", image, why .. (next(IMAGES) and ("; this site has: " ..
                 sorted_keys(IMAGES)) or ""))
         end
-        ref = string.find(image, ":", 1, true) and image or (IMAGE_TAGS[image] and image .. ":" .. IMAGE_TAGS[image])
+        ref = sfind(image, ":", 1, true) and image or (IMAGE_TAGS[image] and image .. ":" .. IMAGE_TAGS[image])
         if ref == nil or IMAGES[ref] == nil then
             return reject("image", image, next(IMAGES) and ("unknown image; this site has: " ..
                 sorted_keys(IMAGES)) or "this site has no image catalog")
@@ -745,7 +754,7 @@ local function container_for(job_desc, image, arch, tres)
     local stack = request_stack(tres)
     local arches, n = {}, 0
     for _, v in ipairs(IMAGES[ref].variants) do
-        local va, vs = string.match(v, "^([^/]+)/(.+)$")
+        local va, vs = smatch(v, "^([^/]+)/(.+)$")
         if (arch == "any" or va == arch) and (stack == nil or vs == stack) and not arches[va] then
             arches[va], n = true, n + 1
         end
@@ -753,7 +762,7 @@ local function container_for(job_desc, image, arch, tres)
     if n == 0 then
         local need = (arch == "any" and stack) or (stack and arch .. "/" .. stack) or arch
         return reject(option, given, "image " .. ref .. " has no " .. need .. " variant; it has: " ..
-            table.concat(IMAGES[ref].variants, ", "))
+            tconcat(IMAGES[ref].variants, ", "))
     end
     if arch == "any" and n == 1 then arch = next(arches) end
     local mounts = job_desc.environment and job_desc.environment[MOUNTS_VAR]
@@ -811,7 +820,7 @@ local function decide(job_desc, opts, now, partition, tres)
         record[#record + 1] = piece("energy", energy)
         if energy == "auto" then record[#record + 1] = '"energy_rule":"no history: balanced"' end
     end
-    local gpu_job = tres ~= nil and string.find(tres, "gpu", 1, true)
+    local gpu_job = tres ~= nil and sfind(tres, "gpu", 1, true)
     local place  -- a movable job's model, pinned by its node feature
     if opts.accel then
         if tres ~= nil then
@@ -841,7 +850,7 @@ local function decide(job_desc, opts, now, partition, tres)
         -- the pending job between them (pool keys are catalog ids and arch names: no quoting).
         local alts = {}
         for i, c in ipairs(cands) do alts[i] = pool_text(c).alt end
-        record[#record + 1] = '"cands":"' .. table.concat(alts, ",") .. '"'
+        record[#record + 1] = '"cands":"' .. tconcat(alts, ",") .. '"'
         -- Movable: Slurm 22.05 cannot change the GRES type of a pending job, so where the
         -- daemon may move jobs the GRES stays untyped and the model's node feature pins it
         -- (a move rewrites the feature; Slurm still allocates and accounts typed devices).
@@ -854,7 +863,7 @@ local function decide(job_desc, opts, now, partition, tres)
             place = best.pool.model
             record[#record + 1] = '"movable":true'
         end
-        if age then record[#record + 1] = '"snapshot_age":' .. itext(math.floor(age)) end
+        if age then record[#record + 1] = '"snapshot_age":' .. itext(floor(age)) end
     end
     if energy and gpu_job and ENERGY[energy].gpu_freq then
         set.tres_freq = "gpu:" .. ENERGY[energy].gpu_freq
@@ -919,15 +928,15 @@ if MODEL_LUA ~= nil then
     if MODEL == nil then slurm.log_error("slurm-hetero: runtime model not loaded: %s", tostring(err)) end
 end
 
-local LOG_HORIZON = SITE_FACTOR and math.log(1 + SITE_FACTOR.horizon_min)  -- once, not per job
+local LOG_HORIZON = SITE_FACTOR and log(1 + SITE_FACTOR.horizon_min)  -- once, not per job
 local function site_factor(p50_s)
-    local short = 1 - math.log(1 + math.max(p50_s, 0) / 60) / LOG_HORIZON
-    local raw = SITE_FACTOR.cap * math.max(0, math.min(1, short))
-    return math.min(SITE_FACTOR.cap, SITE_FACTOR.step * math.floor(raw / SITE_FACTOR.step + 0.5))
+    local short = 1 - log(1 + max(p50_s, 0) / 60) / LOG_HORIZON
+    local raw = SITE_FACTOR.cap * max(0, min(1, short))
+    return min(SITE_FACTOR.cap, SITE_FACTOR.step * floor(raw / SITE_FACTOR.step + 0.5))
 end
 
 local function first_partition(list)
-    return list and string.match(list, "^[^,]+")
+    return list and smatch(list, "^[^,]+")
 end
 
 local function add_prediction(job_desc, set, now, job_partition, tres, record)
@@ -944,18 +953,18 @@ local function add_prediction(job_desc, set, now, job_partition, tres, record)
                                     partition = set.partition or job_partition }, { __index = job_desc })
         p50, p90 = MODEL.predict_desc(view, now, partition)
     end
-    local pred = string.format('"pred":{"p50":%d,"p90":%d}', math.ceil(p50), math.ceil(p90))
+    local pred = sformat('"pred":{"p50":%d,"p90":%d}', ceil(p50), ceil(p90))
     -- The job's first SiteFactor, as the daemon computes it (slurm_hetero/jobs/sitefactor.py)
     -- at no wait: set here, it costs slurmctld no update RPC per new job; "sf" tells the
     -- daemon what the job holds.
     if SITE_FACTOR then
-        local sf = site_factor(math.ceil(p50))
+        local sf = site_factor(ceil(p50))
         set.site_factor = sf
         pred = pred .. ',"sf":' .. itext(sf)
     end
     -- The heartbeat matters only where limits may be shortened: no snapshot look-up otherwise.
     if PREDICTED_LIMITS[partition] and user_min and snapshot(now) then
-        local short = math.max(1, math.ceil(p90 / 60))
+        local short = max(1, ceil(p90 / 60))
         if short < user_min then
             set.time_limit = short
             pred = pred .. ',"shortened":true,"user_limit_min":' .. itext(user_min)
@@ -967,8 +976,8 @@ end
 -- A plain GRES request (tres) without a partition: the partitions that have that GRES (nil:
 -- none).
 local function route_plain(tres)
-    for item in string.gmatch(tres, "[^,]+") do
-        local name = string.match(item, "^gres[:/]([%w_-]+)")
+    for item in gmatch(tres, "[^,]+") do
+        local name = smatch(item, "^gres[:/]([%w_-]+)")
         if name ~= nil and GRES_PARTITIONS[name] ~= nil then return GRES_PARTITIONS[name] end
     end
     return nil
@@ -1001,7 +1010,7 @@ local function submit(job_desc)
     end
     -- The decision record, written once: a job with hetero options or a prediction has one.
     if record and #record > 0 then
-        set.admin_comment = '{"hetero":1,' .. table.concat(record, ",") .. "}"
+        set.admin_comment = '{"hetero":1,' .. tconcat(record, ",") .. "}"
     elseif opts ~= nil then
         set.admin_comment = '{"hetero":1}'
     end
