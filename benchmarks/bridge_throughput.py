@@ -34,7 +34,10 @@ Where the time goes, each part on its own:
     part that differs between arms;
   - the client: `sbatch --help` with and without the plugin in plugstack.conf (loads
     plugstack.conf and the plugin and registers its options, then exits: no controller),
-    and per arm the serial wall time minus slurmctld's RPC time;
+    per arm the serial wall time minus slurmctld's RPC time, and, where valgrind is
+    installed, the instructions of one held submission under callgrind (deterministic, not
+    moved by the machine's noise): plain, with the plugin and no option, with the bridge
+    arm's options, and the Slurm functions that the difference is spent in;
   - the Lua decision alone: benchmarks/bridge_lua_cost.py;
   - with --perf N: CPU per submission, sampled by `perf record -a` (cpu-clock, 1 kHz) over N
     more serial submissions per arm, each arm from an empty job list: per process (slurmctld,
@@ -378,6 +381,61 @@ def client_cost(confs: dict[str, Path], n: int) -> dict[str, float]:
     return {k: v / (max(1, n // 10) * 10) * 1000 for k, v in total.items()}
 
 
+# sbatch's functions that the plugin and its options reach (libslurmfull, 22.05), counted
+# inclusive of what they call.
+CLIENT_PARTS = {
+    "spank_init_allocator": "plugstack.conf read, the plugin loaded, its options registered",
+    "spank_option_table_create": "its options merged into sbatch's getopt table",
+    "setenvfs": "sbatch copying each SPANK option into its environment (a 256 KB zeroed buffer each)",
+}
+
+
+def callgrind_inclusive(text: str, names: list[str]) -> dict[str, int]:
+    """The named functions' instructions from `callgrind_annotate --inclusive=yes` lines
+    ("799,860 ( 4.00%)  ???:setenvfs [/usr/lib/...]", "19,024,228 (100.0%)  PROGRAM TOTALS");
+    the first line of each name, 0 for a name not listed."""
+    got: dict[str, int] = {}
+    for line in text.splitlines():
+        m = re.match(r"\s*([\d,]+)\s+\(\s*[\d.]+%\)\s+(.+?)(?:\s+\[.*\])?$", line)
+        if m is None:
+            continue
+        name = m.group(2).rsplit(":", 1)[-1] if m.group(2) != "PROGRAM TOTALS" else m.group(2)
+        if name in names and name not in got:
+            got[name] = int(m.group(1).replace(",", ""))
+    return {n: got.get(n, 0) for n in names}
+
+
+def client_instructions(variants: dict[str, tuple[Path, list[str]]], work: Path) -> dict[str, dict[str, int]]:
+    """Instructions of one held submission per variant (client conf, options) under callgrind:
+    the program's total and CLIENT_PARTS'. {} without valgrind."""
+    if shutil.which("valgrind") is None or shutil.which("callgrind_annotate") is None:
+        return {}
+    out: dict[str, dict[str, int]] = {}
+    for i, (name, (conf, options)) in enumerate(variants.items()):
+        data = work / f"callgrind.{i}"
+        subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={data}", *SBATCH, *options,
+                        "--wrap", "true"], env={"SLURM_CONF": str(conf), "PATH": "/usr/bin:/bin"},
+                       check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        text = subprocess.run(["callgrind_annotate", "--inclusive=yes", "--threshold=100", str(data)],
+                              capture_output=True, text=True, check=True).stdout
+        out[name] = callgrind_inclusive(text, ["PROGRAM TOTALS", *CLIENT_PARTS])
+        data.unlink(missing_ok=True)
+    return out
+
+
+def print_client_instructions(counts: dict[str, dict[str, int]]) -> None:
+    if not counts:
+        print("  client instructions: valgrind is not installed (apt install valgrind)")
+        return
+    base = counts["plain"]["PROGRAM TOTALS"]
+    cells = ", ".join(f"{name} {c['PROGRAM TOTALS'] / 1e6:.2f}M ({c['PROGRAM TOTALS'] / base - 1:+.1%})"
+                      for name, c in counts.items())
+    print(f"  client instructions, one held submission under callgrind: {cells}")
+    last = counts[list(counts)[-1]]
+    for part, what in CLIENT_PARTS.items():
+        print(f"    {part} {(last[part] - counts['plain'][part]) / 1e3:+.0f}k: {what}")
+
+
 def render_with(c: Cluster, site: Site, model: Path, bridge: Path) -> str:
     """The cluster's job_submit.lua with another bridge.lua (the same tables and model)."""
     meta = c.info()
@@ -472,6 +530,9 @@ def main() -> None:
                     Arm("equiv", plain_conf, PASS_THROUGH, equivalent_options(decided)),
                     Arm("bridge", c.conf, bridge_lua, BRIDGE_OPTS)] + ([before] if before else [])
             client = client_cost({"without plugin": plain_conf, "with plugin": c.conf}, 200)
+            client_ir = client_instructions({"plain": (plain_conf, []), "plugin, no option": (c.conf, []),
+                                             "plugin and the bridge arm's options": (c.conf, BRIDGE_OPTS)},
+                                            Path(d))
             pids = {pid: d.name for d in c.daemons() if (pid := c.pid(d)) is not None}
             batches = {subs: args.batch if subs == 1 else args.concurrent_batch for subs in counts}
             rounds = {subs: max(1, args.total // batches[subs]) for subs in counts}
@@ -508,6 +569,7 @@ def main() -> None:
     print(f"  bridge decision: {admin.strip()[:160]}")
     print(f"  client alone, sbatch --help (no controller): without plugin {client['without plugin']:.2f} ms, "
           f"with plugin {client['with plugin']:.2f} ms")
+    print_client_instructions(client_ir)
     for subs in counts:
         print(f"  {subs} submitter{'s' if subs > 1 else ''}:")
         for arm in arms:
