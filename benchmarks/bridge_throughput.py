@@ -47,7 +47,10 @@ Where the time goes, each part on its own:
     slurmctld served per submission.
 The bridge daemon is stopped while the arms run (it would update each plain and equiv job's
 SiteFactor, an RPC per job that the bridge arm's jobs do not get); the benchmark writes the
-capacity snapshot between batches instead, as often as it goes stale.
+capacity snapshot between batches instead, as often as it goes stale. slurmd's health check
+is off too (HealthCheckInterval=0): on the dev cluster it starts a Python process per node
+every 20 s (the node agent's restore), load from outside the submit path that falls on one
+arm's batch or another's by chance.
 Prints figures only (target: bridge/plain >= 0.95). Run as root.
 """
 
@@ -501,9 +504,12 @@ def main() -> None:
         c.up(site, log=lambda *_: None)
         try:
             # Cancelled jobs leave slurmctld's memory after MinJobAge (300 s by default); tens of
-            # thousands of submissions within that would reach MaxJobCount (10,000).
-            text = re.sub(r"(?m)^MinJobAge=.*\n", "", c.conf.read_text())
-            c.conf.write_text(text + "MinJobAge=5\n")
+            # thousands of submissions within that would reach MaxJobCount (10,000). slurmd's
+            # health check starts the node agent's restore, a Python process, for one node after
+            # the other (11 nodes every 20 s here): about a tenth of the machine, landing on
+            # whichever batch runs then, whatever its arm. Off, like the bridge daemon.
+            text = re.sub(r"(?m)^(MinJobAge|HealthCheckInterval)=.*\n", "", c.conf.read_text())
+            c.conf.write_text(text + "MinJobAge=5\nHealthCheckInterval=0\n")
             c.runner.run(["scontrol", "reconfigure"])
             model = model_file(Path(d), args.users)
             c.load_model(site, model)
