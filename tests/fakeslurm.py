@@ -73,3 +73,18 @@ def sacct_by_day(days: Mapping[str, str]) -> Answer:
     def answer(argv: list[str], env: dict[str, str]) -> str:
         return days.get(argv[argv.index("-S") + 1][:10], "")
     return answer
+
+
+def sacct_names(answer: Answer, names: Mapping[str, str] | None = None) -> Answer:
+    """`answer` serves sacct's rows (slurm.sacct.FIELDS order); the names query of the same
+    window (`-o JobIDRaw,JobName,JobIDRaw`) gets `ID<US>name<US>ID` for each allocation line
+    of those rows, the name from `names` or `job<ID>`."""
+    from slurm_hetero.slurm.sacct import DELIM, NAME_FIELDS
+
+    def answer_with_names(argv: list[str], env: dict[str, str]) -> str:
+        if argv[argv.index("-o") + 1] != ",".join(NAME_FIELDS):
+            return answer(argv, env)
+        rows = answer([*argv[:argv.index("-o")], "-o", "rows"], env)
+        ids = [ln.split(DELIM, 1)[0] for ln in rows.splitlines() if ln]
+        return "".join(f"{i}{DELIM}{(names or {}).get(i, f'job{i}')}{DELIM}{i}\n" for i in ids if "." not in i)
+    return answer_with_names

@@ -116,7 +116,8 @@ def ingest(output: Path, swf_files: tuple[Path, ...], swf_limit: int | None, use
                 day = time.strftime("%Y-%m-%d", time.localtime(c.start))
                 bar.update(task, total=c.total, completed=c.index, description=f"sacct {day}: {what}")
 
-            df = sacct_jobs(runner, first, last, parts, cluster=cluster, on_chunk=step)
+            df = sacct_jobs(runner, first, last, parts, cluster=cluster, on_chunk=step,
+                            warn=lambda m: console.print(m, markup=False))
         console.print(f"sacct: {len(df):,} finished jobs (days recorded in {parts})")
         frames.append(df)
     table = jobtable.merge(*frames)

@@ -18,16 +18,21 @@ from slurm_hetero.errors import InputError
 from slurm_hetero.jobs import table
 from slurm_hetero.jobs.sacct import from_sacct
 from slurm_hetero.slurm.runner import Runner
-from slurm_hetero.slurm.sacct import Chunk, SacctDays, read_sacct
+from slurm_hetero.slurm.sacct import Chunk, SacctDays, read_sacct, sacct_notes
 
 
 def sacct_jobs(runner: Runner, since: float, until: float, parts: Path, *, cluster: str | None = None,
-               now: float | None = None, on_chunk: Callable[[Chunk], None] | None = None) -> pd.DataFrame:
-    """Jobs that ended (in a terminal state) between `since` and `until` (epoch seconds)."""
+               now: float | None = None, on_chunk: Callable[[Chunk], None] | None = None,
+               warn: Callable[[str], None] | None = None) -> pd.DataFrame:
+    """Jobs that ended (in a terminal state) between `since` and `until` (epoch seconds);
+    what is odd about the accounting read (sacct_notes) goes to `warn`."""
     if until <= since:
         raise InputError(f"--since {_day(since)} must be before --until {_day(until)}")
-    days = SacctDays(runner, parts, cluster=cluster, now=now)
+    days = SacctDays(runner, parts, cluster=cluster, now=now, names=True)
     raw = read_sacct(days.texts(since, until, on_chunk))
+    for note in sacct_notes(raw, days):
+        if warn:
+            warn(f"warning: {note}")
     jobs = from_sacct(raw.frame, cluster=cluster or "")
     done = jobs[table.finished(jobs) & (jobs["end"] >= since) & (jobs["end"] < until)]
     return done.reset_index(drop=True)

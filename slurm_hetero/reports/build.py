@@ -28,7 +28,14 @@ from slurm_hetero.site.power import pool_idle_power
 from slurm_hetero.slurm import hostlist
 from slurm_hetero.slurm.parse import parse_duration_s, parse_tres
 from slurm_hetero.slurm.runner import Runner
-from slurm_hetero.slurm.sacct import Chunk, SacctDays, accounting_identity, parse_when, read_sacct
+from slurm_hetero.slurm.sacct import (
+    Chunk,
+    SacctDays,
+    accounting_identity,
+    parse_when,
+    read_sacct,
+    sacct_notes,
+)
 
 
 def parse_limit_s(text: str | None) -> float | None:
@@ -108,7 +115,7 @@ def sacct_report(site: Site | None, runner: Runner, period: Period, partition: s
     if site and partition and partition not in [p.name for p in site.partitions]:
         raise InputError(f"--partition {partition}: not a partition of site {site.name}; use one of "
                          + ", ".join(p.name for p in site.partitions))
-    days = SacctDays(runner, cache_dir, now=now)
+    days = SacctDays(runner, cache_dir, now=now, names=True)
     with _day_bar(progress) as step:
         raw = read_sacct(days.texts(period.start, period.end, on_chunk=step))
     jobs = table.select(from_sacct(raw.frame, site),
@@ -123,6 +130,10 @@ def sacct_report(site: Site | None, runner: Runner, period: Period, partition: s
             warn(f"warning: {mismatch}")
     if raw.skipped:
         notes.append(f"{raw.skipped} sacct line(s) had too few fields and were skipped")
+    for note in sacct_notes(raw, days):
+        notes.append(note)
+        if warn:
+            warn(f"warning: {note}")
     pending = None
     if period.end >= now - _PRESENT_S:
         text = pending_text(days.runner)

@@ -3,7 +3,9 @@ reader never sees half a file and a failure leaves the previous file in place.""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -25,8 +27,31 @@ def write_atomic(path: Path, data: bytes | str) -> Path:
     return path
 
 
+# A spreadsheet reads a cell that starts with one of these as a formula (OWASP's list, plus
+# LF); a job name or account is user text, and `+cmd|' /C calc'!A0` must stay text.
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r", "\n")
+_NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
+
+
+def spreadsheet_safe(value: Any) -> Any:
+    """A text cell that a spreadsheet would run as a formula, prefixed with `'` (shown as
+    text, the quote hidden); numbers, and text that is just a number, are left as they are.
+
+    >>> [spreadsheet_safe(v) for v in ["=1+1", "@SUM(1)", "-2+3", "-2.5", "a=b", 7]]
+    ["'=1+1", "'@SUM(1)", "'-2+3", '-2.5', 'a=b', 7]
+    """
+    if isinstance(value, str) and value.startswith(_FORMULA_START) and not _NUMBER.fullmatch(value):
+        return "'" + value
+    return value
+
+
 def csv_text(frame: pd.DataFrame) -> str:
-    out: str = frame.to_csv(index=False, float_format="%.12g", lineterminator="\n")
+    """The frame as CSV, every text cell spreadsheet-safe (numeric columns untouched)."""
+    safe = frame.copy()
+    for col in safe.columns:
+        if not pd.api.types.is_numeric_dtype(safe[col]) or pd.api.types.is_bool_dtype(safe[col]):
+            safe[col] = safe[col].astype(object).map(spreadsheet_safe)
+    out: str = safe.to_csv(index=False, float_format="%.12g", lineterminator="\n")
     return out
 
 

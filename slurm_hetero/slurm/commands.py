@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 
-from slurm_hetero.slurm.parse import SACCT_DELIMITER, SINFO_FORMAT
+from slurm_hetero.slurm.parse import SACCT_DELIMITER, SINFO_FORMAT, check_trusted
 
 _JOB_ID = re.compile(r"\d{1,12}(?:[_+]\d{1,12})?")
 # sinfo -O: one line per node, `|` after each field (user text cannot appear here).
@@ -74,14 +74,14 @@ def squeue_pending_argv() -> list[str]:
 def sacct_ended_argv(since: str, until: str, fields: Sequence[str], states: Sequence[str]) -> list[str]:
     """Allocations of every user that ended in [since, until] (sacct's local time text)."""
     return ["sacct", "-X", "-n", "-P", "-a", f"--delimiter={SACCT_DELIMITER}", "-S", since, "-E", until,
-            "-s", ",".join(states), "-o", ",".join(fields)]
+            "-s", ",".join(states), "-o", ",".join(check_trusted(fields))]
 
 
 def sacct_window_argv(since: str, until: str, fields: Sequence[str], duplicates: bool = False) -> list[str]:
     """Allocations of every user that existed in [since, until], `|`-separated; with
     `duplicates`, each incarnation of a requeued job (-D)."""
     return ["sacct", "-a", "-X", *(["-D"] if duplicates else []), "-P", "-n", "-S", since, "-E", until,
-            "-o", ",".join(fields)]
+            "-o", ",".join(check_trusted(fields))]
 
 
 def sacctmgr_argv(*words: str) -> list[str]:

@@ -7,10 +7,10 @@ from collections.abc import Sequence
 
 from slurm_hetero.errors import RuntimeFailure
 from slurm_hetero.slurm.commands import sbatch_wrap_argv
-from slurm_hetero.slurm.parse import SACCT_DELIMITER, parse_sacct
+from slurm_hetero.slurm.parse import SACCT_DELIMITER, check_trusted, parse_sacct
 from slurm_hetero.slurm.runner import Runner
 
-SACCT_FIELDS = ["JobID", "JobName", "Partition", "NodeList", "State", "ExitCode", "AllocTRES",
+SACCT_FIELDS = ["JobID", "Partition", "NodeList", "State", "ExitCode", "AllocTRES",
                 "Elapsed", "QOS", "Submit", "Start", "End"]
 
 
@@ -40,7 +40,7 @@ def sacct_jobs(runner: Runner, ids: Sequence[int], fields: Sequence[str] = SACCT
     slurmdbd learns a short job's details (partition, admin comment) after its end: wait
     for those too, and for any field in `require` to be non-empty."""
     argv = ["sacct", "-X", "-n", "-P", f"--delimiter={SACCT_DELIMITER}", "-j",
-            ",".join(map(str, ids)), "-o", ",".join(fields)]
+            ",".join(map(str, ids)), "-o", ",".join(check_trusted(fields))]
     deadline = time.monotonic() + timeout
     while True:
         rows = parse_sacct(runner.out(argv), list(fields), SACCT_DELIMITER)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 SINFO_FORMAT = "%N|%T|%c|%m|%G|%f|%P|%E"
@@ -83,6 +84,27 @@ def parse_gres(text: str) -> dict[str, int]:
 
 # Job names and admin comments may hold "|": ask sacct for the ASCII unit separator instead.
 SACCT_DELIMITER = "\x1f"
+# sacct fields a job's user writes, printed raw by `-P`: a newline plus delimiter-joined
+# fields in one of them reads as a row of that user's making (22.05). They are never asked
+# for beside other fields (`check_trusted`); the job name is fetched apart (slurm/sacct.py).
+USER_TEXT_FIELDS = frozenset({"JobName", "Comment", "WorkDir", "SubmitLine", "WCKey", "Constraints",
+                              "Reservation", "Container", "StdOut", "StdErr", "StdIn"})
+
+
+def check_trusted(fields: Iterable[str]) -> list[str]:
+    """`fields` as a list; ValueError if one of them is user-written text.
+
+    >>> check_trusted(["JobID", "JobName"])
+    Traceback (most recent call last):
+    ...
+    ValueError: sacct field JobName is user-written text: ask for it apart (slurm.sacct.NAME_FIELDS)
+    """
+    out = list(fields)
+    for f in out:
+        if f in USER_TEXT_FIELDS:
+            raise ValueError(f"sacct field {f} is user-written text: "
+                             "ask for it apart (slurm.sacct.NAME_FIELDS)")
+    return out
 
 
 def parse_sacct(text: str, fields: list[str], sep: str = "|") -> list[dict[str, str]]:

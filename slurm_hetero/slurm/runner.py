@@ -2,6 +2,11 @@
 
 Everything that talks to Slurm builds an argv, calls `Runner.run`, and hands stdout to a
 pure parser. Tests patch this single point (or point SLURM_CONF at a real test cluster).
+
+Output is read as bytes and decoded here, once, with `decode_output`: Slurm passes a job's
+name, comment, work dir and paths through as the bytes its user wrote (22.05's `--json`
+output included), so one job's invalid UTF-8 must cost at most that job's text, never the
+whole answer everyone else's jobs are in.
 """
 
 from __future__ import annotations
@@ -12,6 +17,21 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from slurm_hetero.errors import RuntimeFailure
+
+
+def decode_output(raw: bytes) -> str:
+    """Slurm's output as text: invalid UTF-8 (a stray byte, a lone surrogate, an overlong
+    or truncated sequence) becomes U+FFFD, one per bad byte, and everything else is kept.
+
+    The decoder never swallows a valid byte into a bad sequence, so a quote or separator
+    right after the bad bytes keeps its meaning: JSON stays JSON, a row stays one row.
+
+    >>> decode_output(b'{"name": "a\\xff\\xfe"}')
+    '{"name": "a\\ufffd\\ufffd"}'
+    >>> decode_output(b'abc\\xe2\\x82|7')
+    'abc\\ufffd|7'
+    """
+    return raw.decode("utf-8", errors="replace")
 
 
 class SlurmCommandError(RuntimeFailure):
@@ -40,12 +60,15 @@ class Runner:
             input: str | None = None) -> subprocess.CompletedProcess[str]:
         """Run argv and return the completed process; raise SlurmCommandError on failure."""
         try:
-            proc = subprocess.run(list(argv), capture_output=True, text=True, env=self.env(),
-                                  timeout=timeout or self.timeout, input=input, check=False)
+            raw = subprocess.run(list(argv), capture_output=True, env=self.env(),
+                                 timeout=timeout or self.timeout, check=False,
+                                 input=None if input is None else input.encode())
         except FileNotFoundError as e:
             raise RuntimeFailure(f"{argv[0]}: not installed (install Slurm's client tools)") from e
         except subprocess.TimeoutExpired as e:
             raise RuntimeFailure(f"{argv[0]}: no answer in {e.timeout:.0f} s") from e
+        proc = subprocess.CompletedProcess(raw.args, raw.returncode, decode_output(raw.stdout),
+                                           decode_output(raw.stderr))
         if check and proc.returncode != 0:
             raise SlurmCommandError(argv, proc.returncode, proc.stderr)
         return proc

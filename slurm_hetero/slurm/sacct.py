@@ -2,12 +2,18 @@
 day at a time through the one `Runner`, with finished days kept on disk.
 
 - `sacct_argv` builds the command: every job line (`-a`, allocations and steps), parsable
-  (`-P -n`), split on the project's SACCT_DELIMITER (job names and admin comments may hold
-  `|`), FIELDS with AdminComment last, so a stray delimiter only lengthens that one field.
-  Times are asked for as epoch seconds (SLURM_TIME_FORMAT=%s, set by `epoch_runner`).
+  (`-P -n`), split on the project's SACCT_DELIMITER, FIELDS with AdminComment last, so a
+  stray delimiter only lengthens that one field. FIELDS hold nothing a job's user writes:
+  22.05 prints text raw, and a job name of a newline plus delimiter-joined fields would be a
+  row of its user's making. Times come as epoch seconds (SLURM_TIME_FORMAT=%s, `epoch_runner`).
+- Job names come apart (`names_argv`, NAME_FIELDS: the id on both sides of the name) and
+  only ever label a row the trusted query made: `parse_names` takes them only when every
+  line is `ID<US>name<US>ID` with each id once, which a name holding a newline can never
+  produce; otherwise that chunk's names come from `sacct --json`, where a name is a string.
 - `read_sacct` parses those texts (pure, no Slurm): one row per allocation (step lines are
   dropped, the allocation line already sums their TotalCPU); a job active on several days
-  appears in several chunks, and the last one wins. ISO local times are read too.
+  appears in several chunks, and the last one wins; a job listed twice within one chunk is
+  reported (`RawSacct.duplicates`), never taken silently. ISO local times are read too.
 - `SacctDays` runs sacct per local day (`day_chunks`) and keeps the text of a day in a
   `SacctCache` once it can no longer change: it ended more than SETTLE_S ago and every job
   in it has reached a terminal state. A day in progress, or holding a job still pending or
@@ -39,11 +45,12 @@ from pandas.api.types import union_categoricals
 
 from slurm_hetero.errors import InputError, RuntimeFailure
 from slurm_hetero.fileio import write_atomic
-from slurm_hetero.slurm.parse import SACCT_DELIMITER, parse_slurm_time
+from slurm_hetero.slurm.parse import SACCT_DELIMITER, check_trusted, parse_slurm_time
 from slurm_hetero.slurm.runner import Runner, SlurmCommandError
+from slurm_hetero.slurm.squeue import json_number
 
 DELIM = SACCT_DELIMITER
-FIELDS = ("JobIDRaw", "JobID", "Cluster", "JobName", "User", "Account", "Partition", "QOS", "State",
+FIELDS = ("JobIDRaw", "JobID", "Cluster", "User", "Account", "Partition", "QOS", "State",
           "Reason", "Submit", "Eligible", "Start", "End", "ElapsedRaw", "TimelimitRaw", "ReqCPUS",
           "ReqTRES", "ReqMem", "NCPUS", "TotalCPU", "AllocTRES", "NodeList", "ConsumedEnergyRaw",
           "AdminComment")
@@ -52,7 +59,11 @@ FIELDS = ("JobIDRaw", "JobID", "Cluster", "JobName", "User", "Account", "Partiti
 TERMINAL = frozenset({"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED",
                       "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE", "REVOKED"})
 SETTLE_S = 3600.0  # slurmdbd may still learn of jobs that ended this recently
-CACHE_VERSION = 2
+CACHE_VERSION = 3  # 3: no JobName among FIELDS; the chunk's names stored beside its rows
+NAME_FIELDS = ("JobIDRaw", "JobName", "JobIDRaw")
+_RAW_ID = re.compile(r"\d{1,12}")
+# In a stored chunk, between its rows and its names (JSON): sacct never prints a NUL.
+_CHUNK_SEP = "\0"
 TIME_FIELDS = ("Submit", "Eligible", "Start", "End")
 # Parsed straight to floats; these tokens (and only these) mean "unknown".
 NUMERIC_FIELDS = (*TIME_FIELDS, "ElapsedRaw", "TimelimitRaw", "ReqCPUS", "NCPUS", "ConsumedEnergyRaw")
@@ -122,10 +133,24 @@ def day_chunks(start: float, end: float) -> Iterator[tuple[float, float]]:
 def sacct_argv(start: float, end: float, fields: Sequence[str] = FIELDS,
                cluster: str | None = None) -> list[str]:
     """sacct over [start, end) (epoch seconds), every job line, FIELDS split on DELIM."""
-    argv = ["sacct", "-a", "-n", "-P", f"--delimiter={DELIM}",
-            "-S", time.strftime(_SACCT_TIME, time.localtime(start)),
-            "-E", time.strftime(_SACCT_TIME, time.localtime(end)),
-            "-o", ",".join(fields)]
+    return _window(["sacct", "-a", "-n", "-P", f"--delimiter={DELIM}"], start, end, cluster,
+                   ["-o", ",".join(check_trusted(fields))])
+
+
+def names_argv(start: float, end: float, cluster: str | None = None) -> list[str]:
+    """The job names of the same window: one allocation line each, `ID<US>name<US>ID`."""
+    return _window(["sacct", "-a", "-X", "-n", "-P", f"--delimiter={DELIM}"], start, end, cluster,
+                   ["-o", ",".join(NAME_FIELDS)])
+
+
+def names_json_argv(start: float, end: float, cluster: str | None = None) -> list[str]:
+    """The same window as JSON, for a chunk whose names `parse_names` could not vouch for."""
+    return _window(["sacct", "--json", "-a", "-X"], start, end, cluster, [])
+
+
+def _window(head: list[str], start: float, end: float, cluster: str | None, tail: list[str]) -> list[str]:
+    argv = [*head, "-S", time.strftime(_SACCT_TIME, time.localtime(start)),
+            "-E", time.strftime(_SACCT_TIME, time.localtime(end)), *tail]
     return [*argv, "-M", cluster] if cluster else argv
 
 
@@ -139,10 +164,55 @@ def epoch_runner(runner: Runner) -> Runner:
 @dataclass(frozen=True)
 class RawSacct:
     """`fields` as columns (numbers as floats, NaN unknown), allocation lines only, one per
-    job; `skipped`: lines that had fewer fields than asked for."""
+    job, plus JobName where the chunks carried names; `skipped`: lines that had fewer fields
+    than asked for; `duplicates`: ids listed more than once within one chunk."""
 
     frame: pd.DataFrame
     skipped: int
+    duplicates: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class ChunkText:
+    """One chunk's sacct text (`sacct_argv`) and the names of its jobs (id → name)."""
+
+    rows: str
+    names: Mapping[str, str]
+
+
+def parse_names(text: str, sep: str = DELIM) -> dict[str, str] | None:
+    r"""`names_argv` output → id → name; None when a line is not `ID<sep>name<sep>ID` or an id
+    comes twice. A name holding a newline splits its row in two: the first part must then end
+    with the id and the second start with it, so that id comes twice. Only "\n" ends a line
+    (sacct's own row end); any other line-break character is part of the name.
+
+    >>> parse_names("7\x1fa\x1fb\x1f7\n8\x1f\x1f8\n")
+    {'7': 'a\x1fb', '8': ''}
+    >>> parse_names("7\x1fx\n9\x1fforged\x1f9\n\x1f7\n") is None
+    True
+    """
+    names: dict[str, str] = {}
+    for line in text.split("\n"):
+        if not line:
+            continue
+        head, first, rest = line.partition(sep)
+        name, last, tail = rest.rpartition(sep)
+        if not (first and last and tail == head and _RAW_ID.fullmatch(head)) or head in names:
+            return None
+        names[head] = name
+    return names
+
+
+def parse_names_json(text: str) -> dict[str, str]:
+    """`sacct --json` → id → name (a name is a JSON string there: it cannot pose as a job)."""
+    doc = json.loads(text)
+    jobs = doc.get("jobs") if isinstance(doc, dict) else None
+    names: dict[str, str] = {}
+    for j in jobs if isinstance(jobs, list) else []:
+        jid = json_number(j.get("job_id")) if isinstance(j, dict) else None
+        if jid is not None and jid > 0 and jid == int(jid) and isinstance(j.get("name"), str):
+            names[str(int(jid))] = j["name"]
+    return names
 
 
 def _dtypes(fields: Sequence[str]) -> dict[str, str | type]:
@@ -150,12 +220,19 @@ def _dtypes(fields: Sequence[str]) -> dict[str, str | type]:
             for f in fields}
 
 
-def read_sacct(texts: Iterable[str], fields: Sequence[str] = FIELDS, sep: str = DELIM) -> RawSacct:
-    """Parse `sacct -n -P --delimiter=SEP -o FIELDS` outputs (e.g. one per day chunk)."""
+def read_sacct(texts: Iterable[str | ChunkText], fields: Sequence[str] = FIELDS,
+               sep: str = DELIM) -> RawSacct:
+    """Parse `sacct -n -P --delimiter=SEP -o FIELDS` outputs (e.g. one per day chunk); chunks
+    that carry names (ChunkText) add a JobName column (a job without one: "")."""
     fields = tuple(fields)
     frames: list[pd.DataFrame] = []
     skipped = 0
-    for text in texts:
+    dups: list[str] = []
+    names: dict[str, str] | None = None
+    for chunk in texts:
+        text = chunk.rows if isinstance(chunk, ChunkText) else chunk
+        if isinstance(chunk, ChunkText):  # a later chunk's name wins, as its row does
+            names = {**(names or {}), **chunk.names}
         if not text.strip():
             continue
         body = text if text.endswith("\n") else text + "\n"
@@ -163,17 +240,37 @@ def read_sacct(texts: Iterable[str], fields: Sequence[str] = FIELDS, sep: str = 
         fast = _read_fast(body, fields, sep) if _well_formed(body, fields, sep) else None
         if fast is None:
             frame, bad = _read_by_hand(body, fields, sep)
-            frames.append(frame)
             skipped += bad
         else:
-            frames.append(fast)
+            frame = fast
+        frames.append(frame)
+        dups += _duplicates(frame, fields)
     if not frames:
-        return RawSacct(_read_by_hand("", fields, sep)[0], skipped)
-    raw = _concat(frames, fields)
-    ids = raw["JobID"] if "JobID" in raw else raw[fields[0]]
-    raw = raw[~ids.astype(str).str.contains(".", regex=False)]
+        return RawSacct(_with_names(_read_by_hand("", fields, sep)[0], fields, names), skipped)
+    raw = _allocations(_concat(frames, fields), fields)
     key = "JobIDRaw" if "JobIDRaw" in raw else fields[0]
-    return RawSacct(raw.drop_duplicates(key, keep="last").reset_index(drop=True), skipped)
+    raw = raw.drop_duplicates(key, keep="last").reset_index(drop=True)
+    return RawSacct(_with_names(raw, fields, names), skipped, tuple(dict.fromkeys(dups)))
+
+
+def _allocations(raw: pd.DataFrame, fields: tuple[str, ...]) -> pd.DataFrame:
+    """Allocation lines only (a step's id has a dot: `7.batch`)."""
+    ids = raw["JobID"] if "JobID" in raw else raw[fields[0]]
+    return raw[~ids.astype(str).str.contains(".", regex=False)]
+
+
+def _duplicates(frame: pd.DataFrame, fields: tuple[str, ...]) -> list[str]:
+    """Ids on more than one allocation line of one chunk: Slurm lists a job once per query."""
+    alloc = _allocations(frame, fields)
+    key = alloc["JobIDRaw" if "JobIDRaw" in alloc else fields[0]].astype(str)
+    return sorted(set(key[key.duplicated()]))
+
+
+def _with_names(raw: pd.DataFrame, fields: tuple[str, ...], names: Mapping[str, str] | None) -> pd.DataFrame:
+    if names is None or "JobName" in raw:
+        return raw
+    key = raw["JobIDRaw" if "JobIDRaw" in raw else fields[0]].astype(str)
+    return raw.assign(JobName=np.asarray([names.get(k, "") for k in key], dtype=object))
 
 
 def _concat(frames: list[pd.DataFrame], fields: tuple[str, ...]) -> pd.DataFrame:
@@ -234,9 +331,11 @@ def _numbers(col: pd.Series, is_time: bool) -> pd.Series:
     return out
 
 
-def chunk_settled(text: str, end: float, now: float, fields: Sequence[str] = FIELDS,
+def chunk_settled(text: str | ChunkText, end: float, now: float, fields: Sequence[str] = FIELDS,
                   sep: str = DELIM) -> bool:
     """True when a chunk's sacct text can no longer change (see the module doc)."""
+    if isinstance(text, ChunkText):
+        text = text.rows
     if end > now - SETTLE_S:
         return False
     state_col = list(fields).index("State")
@@ -281,15 +380,24 @@ class SacctCache:
     def path(self, start: float, end: float) -> Path:
         return self.dir / f"{int(start)}-{int(end)}.psv.gz"
 
-    def get(self, start: float, end: float) -> str | None:
-        """The stored text, or None when absent or damaged (then it is fetched again)."""
+    def get(self, start: float, end: float) -> str | ChunkText | None:
+        """The stored chunk, or None when absent or damaged (then it is fetched again)."""
         try:
-            return gzip.decompress(self.path(start, end).read_bytes()).decode()
-        except (OSError, EOFError, UnicodeDecodeError):
+            text = gzip.decompress(self.path(start, end).read_bytes()).decode()
+            if _CHUNK_SEP not in text:
+                return text
+            rows, _, names = text.partition(_CHUNK_SEP)
+            got = json.loads(names)
+            if not isinstance(got, dict) or not all(isinstance(v, str) for v in got.values()):
+                return None
+            return ChunkText(rows, got)
+        except (OSError, EOFError, UnicodeDecodeError, ValueError):
             return None
 
-    def put(self, start: float, end: float, text: str) -> None:
+    def put(self, start: float, end: float, chunk: str | ChunkText) -> None:
         """Whole or not at all (fileio.write_atomic: a temp file renamed over the entry)."""
+        text = (chunk.rows + _CHUNK_SEP + json.dumps(dict(chunk.names))
+                if isinstance(chunk, ChunkText) else chunk)
         self.dir.mkdir(parents=True, exist_ok=True)
         write_atomic(self.path(start, end), gzip.compress(text.encode(), compresslevel=5), mode=0o600)
 
@@ -310,25 +418,30 @@ class SacctDays:
     """sacct over a range, one local day at a time, through the one runner."""
 
     def __init__(self, runner: Runner, cache_root: Path | None = None, *,
-                 fields: Sequence[str] = FIELDS, cluster: str | None = None, now: float | None = None):
+                 fields: Sequence[str] = FIELDS, cluster: str | None = None, now: float | None = None,
+                 names: bool = False):
         self.runner = epoch_runner(runner)
-        self.fields = tuple(fields)
+        self.fields = tuple(check_trusted(fields))
         self.cluster = cluster
+        self.names = names
         self.now = time.time() if now is None else now
         self.hits = self.fetched = 0
+        self.forged_names: list[tuple[float, float]] = []  # chunks whose names came from JSON
         self.cache = None if cache_root is None else SacctCache(cache_root, {
-            "db": accounting_identity(runner), "fields": self.fields, "cluster": cluster or ""})
+            "db": accounting_identity(runner), "fields": self.fields, "cluster": cluster or "",
+            "names": names})
 
-    def texts(self, start: float, end: float, on_chunk: Callable[[Chunk], None] | None = None) -> list[str]:
-        """Every chunk's sacct text over [start, end); chunks that begin after now are not
-        asked for (the future holds no jobs)."""
+    def texts(self, start: float, end: float,
+              on_chunk: Callable[[Chunk], None] | None = None) -> list[str | ChunkText]:
+        """Every chunk's sacct text over [start, end) (with `names`, a ChunkText); chunks
+        that begin after now are not asked for (the future holds no jobs)."""
         chunks = [c for c in day_chunks(start, end) if c[0] <= self.now]
-        out = []
+        out: list[str | ChunkText] = []
         for i, (a, b) in enumerate(chunks, start=1):
             text = self.cache.get(a, b) if self.cache else None
             cached = text is not None
             if text is None:
-                text = self._sacct(a, b)
+                text = self._chunk(a, b)
                 self.fetched += 1
             else:
                 self.hits += 1
@@ -340,15 +453,43 @@ class SacctDays:
                 on_chunk(Chunk(a, b, i, len(chunks), cached, settled))
         return out
 
-    def _sacct(self, start: float, end: float) -> str:
+    def _chunk(self, start: float, end: float) -> str | ChunkText:
+        rows = self._sacct(sacct_argv(start, end, self.fields, self.cluster), start, end)
+        if not self.names:
+            return rows
+        names = parse_names(self._sacct(names_argv(start, end, self.cluster), start, end))
+        if names is None:  # a name held a newline: this chunk's names as JSON strings
+            self.forged_names.append((start, end))
+            try:
+                names = parse_names_json(self._sacct(names_json_argv(start, end, self.cluster), start, end))
+            except ValueError as e:
+                raise RuntimeFailure(f"sacct --json for {_fmt(start)} → {_fmt(end)}: "
+                                     f"unreadable answer: {e}") from e
+        return ChunkText(rows, names)
+
+    def _sacct(self, argv: list[str], start: float, end: float) -> str:
         try:
-            return self.runner.out(sacct_argv(start, end, self.fields, self.cluster), timeout=300)
+            return self.runner.out(argv, timeout=300)
         except SlurmCommandError as e:
             lines = [ln.strip() for ln in e.stderr.strip().splitlines() if ln.strip()]
             raise RuntimeFailure(
                 f"cannot read job accounting for {_fmt(start)} → {_fmt(end)}: "
                 f"sacct exited {e.returncode}: {' | '.join(lines[-2:]) or 'no message'}; is slurmdbd "
                 "running and reachable at AccountingStorageHost/AccountingStoragePort of slurm.conf?") from e
+
+
+def sacct_notes(raw: RawSacct, days: SacctDays) -> list[str]:
+    """What a reader of the accounting should say about it: jobs listed twice in one chunk
+    (kept once, the last listing) and chunks whose names had to come from `sacct --json`."""
+    notes = []
+    if raw.duplicates:
+        shown = ", ".join(raw.duplicates[:5]) + (" ..." if len(raw.duplicates) > 5 else "")
+        notes.append(f"sacct listed {len(raw.duplicates)} job id(s) twice in one day ({shown}): "
+                     "each kept once, from its last line")
+    for a, b in days.forged_names:
+        notes.append(f"job names of {_fmt(a)} → {_fmt(b)} read from sacct --json: "
+                     "a job name there holds a line break")
+    return notes
 
 
 def _fmt(t: float) -> str:

@@ -156,16 +156,16 @@ def test_sacct_report_adds_the_section(history: Path, tmp_path: Path, monkeypatc
     from slurm_hetero.reports.build import sacct_report
     from slurm_hetero.slurm.runner import Runner
     from slurm_hetero.slurm.sacct import FIELDS
-    from tests.fakeslurm import FakeSlurm
+    from tests.fakeslurm import FakeSlurm, sacct_names
 
     site = load_site(ROOT / "tests" / "data" / "sites" / "power.yaml")
     values = {f: "" for f in FIELDS}
-    values.update({"JobIDRaw": "7", "JobID": "7", "JobName": "x", "User": "u", "Partition": "main",
+    values.update({"JobIDRaw": "7", "JobID": "7", "User": "u", "Partition": "main",
                    "State": "COMPLETED", "Submit": str(int(T)), "Start": str(int(T)), "End": str(int(T + 120)),
                    "ElapsedRaw": "120", "NCPUS": "2", "ReqCPUS": "2", "AllocTRES": "cpu=2",
                    "NodeList": "pw-cpu01"})
     line = "\x1f".join(values[f] for f in FIELDS) + "\n"
-    FakeSlurm(monkeypatch).on("sacct", lambda argv, env: line).on("sacctmgr", "").on("squeue", "")
+    FakeSlurm(monkeypatch).on("sacct", sacct_names(lambda argv, env: line)).on("sacctmgr", "").on("squeue", "")
     period = Period(T - 60, T + 3600, True, True)
     rep = sacct_report(site, Runner(), period, now=T + 7200, power=True, power_history=history)
     sec = next(s for s in rep.sections if s.key == "power")

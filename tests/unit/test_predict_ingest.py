@@ -22,7 +22,7 @@ from slurm_hetero.predict.ingest import sacct_jobs
 from slurm_hetero.slurm import sacct
 from slurm_hetero.slurm.parse import SACCT_DELIMITER as SEP
 from slurm_hetero.slurm.runner import Runner
-from tests.fakeslurm import FakeSlurm, sacct_by_day
+from tests.fakeslurm import FakeSlurm, sacct_by_day, sacct_names
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "predict"
 # The field list the captured files were asked for (see DATA/README.md).
@@ -181,7 +181,7 @@ def test_sacct_edge_lines() -> None:
                       line(JobIDRaw="10", JobID="10", State="PENDING", Start="Unknown", End="Unknown",
                            NodeList="None assigned"),
                       line(JobIDRaw="9.batch", JobID="9.batch", State="CANCELLED by 0")])
-    every = jobs_sacct.from_sacct(sacct.read_sacct([text]).frame)
+    every = jobs_sacct.from_sacct(sacct.read_sacct([sacct.ChunkText(text, {"7": "a|b"})]).frame)
     assert every["job_id"].tolist() == ["7", "8", "9", "10"]  # the step line is no job
     df = every[jobtable.finished(every)]
     assert df["job_id"].tolist() == ["7", "9"]
@@ -201,17 +201,18 @@ def test_sacct_jobs_records_settled_days_and_resumes(tmp_path: Path, utc: None,
         return line(JobIDRaw=str(i), JobID=str(i), Submit=str(int(end) - 100), Eligible=str(int(end) - 100),
                     Start=str(int(end) - 50), End=str(int(end)), ElapsedRaw="50")
 
-    slurm = FakeSlurm(monkeypatch).on("sacct", sacct_by_day({
+    slurm = FakeSlurm(monkeypatch).on("sacct", sacct_names(sacct_by_day({
         "2026-01-01": job(1, t1 + 100),
         # job 2 ran over midnight: sacct lists it on both days; it belongs to the day it ended
         "2026-01-02": job(2, t1 + 86400 + 60) + "\n" + job(3, t1 + 86400 + 7200),
         "2026-01-03": job(2, t1 + 86400 + 60) + "\n" + job(4, t1 + 2 * 86400 + 10),
-    }))
+    }), {"3": "three"}))
     parts = tmp_path / "jobs.parquet.parts"
     now = t1 + 2 * 86400 + 7200  # day 3 is still going: fetched, not recorded
     seen: list[sacct.Chunk] = []
     df = sacct_jobs(Runner(), t1, t1 + 3 * 86400, parts, now=now, on_chunk=seen.append)
     assert sorted(df["job_id"]) == ["1", "2", "3", "4"]
+    assert dict(zip(df["job_id"], df["name"], strict=True)) == {"1": "job1", "2": "job2", "3": "three", "4": "job4"}
     assert len(list(parts.glob("*/*.psv.gz"))) == 2
     call = slurm.calls[0]
     assert call.argv[:5] == ["sacct", "-a", "-n", "-P", f"--delimiter={SEP}"]
@@ -221,7 +222,7 @@ def test_sacct_jobs_records_settled_days_and_resumes(tmp_path: Path, utc: None,
     assert [(c.index, c.cached, c.settled) for c in seen] == [(1, False, True), (2, False, True), (3, False, False)]
     slurm.calls.clear()
     again = sacct_jobs(Runner(), t1, t1 + 3 * 86400, parts, now=now)
-    assert len(slurm.calls) == 1  # only the unsettled day is asked again
+    assert len(slurm.calls) == 2  # only the unsettled day is asked again (its rows, its names)
     pd.testing.assert_frame_equal(again.sort_values("job_id").reset_index(drop=True),
                                   df.sort_values("job_id").reset_index(drop=True))
     assert len(sacct_jobs(Runner(), t1, t1 + 86400, parts, now=now)) == 1  # only what ended in range

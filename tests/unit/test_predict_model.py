@@ -18,7 +18,7 @@ from slurm_hetero.predict.cli import model as model_group
 from slurm_hetero.predict.evaluate import evaluate, metrics, split
 from slurm_hetero.predict.train import Model, TrainParams, train
 from slurm_hetero.slurm.sacct import DELIM, FIELDS
-from tests.fakeslurm import FakeSlurm, sacct_by_day
+from tests.fakeslurm import FakeSlurm, sacct_by_day, sacct_names
 
 FAST = TrainParams(rounds=40, quantile_rounds=20, student_rounds=15, student_quantile_rounds=10,
                    min_data_in_leaf=20, threads=1)
@@ -150,9 +150,9 @@ def test_cli_ingest_from_sacct_resumes(tmp_path: Path, monkeypatch: pytest.Monke
         return DELIM.join(row[f] for f in FIELDS)
 
     jan1 = datetime(2026, 1, 1).timestamp()
-    slurm = FakeSlurm(monkeypatch).on("sacct", sacct_by_day({
+    slurm = FakeSlurm(monkeypatch).on("sacct", sacct_names(sacct_by_day({
         "2026-01-01": job(1, jan1 + 3600) + "\n" + job(2, jan1 + 7200),
-        "2026-01-02": job(3, jan1 + 86400 + 60, "RUNNING")}))
+        "2026-01-02": job(3, jan1 + 86400 + 60, "RUNNING")})))
     jobs = tmp_path / "jobs.parquet"
     (tmp_path / "slurm.conf").write_text("ClusterName=demo\n")
     args = ["ingest", "-o", str(jobs), "--sacct", "--since", "2025-12-31", "--until", "2026-01-03",
@@ -162,8 +162,9 @@ def test_cli_ingest_from_sacct_resumes(tmp_path: Path, monkeypatch: pytest.Monke
     assert "sacct: 2 finished jobs" in r.output and "sacct:demo 2" in r.output
     df = jobtable.read(jobs)
     assert sorted(df["job_id"]) == ["1", "2"] and set(df["req_accel"]) == {1}
-    assert len(slurm.calls) == 3 and {c.slurm_conf for c in slurm.calls} == {str(tmp_path / "slurm.conf")}
+    assert len(slurm.calls) == 6 and {c.slurm_conf for c in slurm.calls} == {str(tmp_path / "slurm.conf")}
     r = CliRunner().invoke(model_group, args)
     assert r.exit_code == 0, r.output
-    assert len(slurm.calls) == 4  # settled days come from JOBS.parts; the one with a running job is asked again
-    assert slurm.calls[-1].argv[slurm.calls[-1].argv.index("-S") + 1] == "2026-01-02T00:00:00"
+    # settled days come from JOBS.parts; the one with a running job is asked again (rows, names)
+    assert len(slurm.calls) == 8
+    assert {c.argv[c.argv.index("-S") + 1] for c in slurm.calls[-2:]} == {"2026-01-02T00:00:00"}

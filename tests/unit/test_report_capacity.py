@@ -21,7 +21,7 @@ from slurm_hetero.site import Site, load_site
 from slurm_hetero.slurm.events import NodeEvent, parse_events, parse_reservations, unusable_seconds
 from slurm_hetero.slurm.runner import Runner
 from slurm_hetero.slurm.sacct import FIELDS
-from tests.fakeslurm import FakeSlurm
+from tests.fakeslurm import FakeSlurm, sacct_names
 from tests.unit.test_report_metrics import T0, H, frame_of, job, table
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -124,7 +124,7 @@ def test_partition_default_limits_are_not_user_estimates(site: Site) -> None:
 
 def _sacct_line(node: str, tres: str) -> str:
     values = {f: "" for f in FIELDS}
-    values.update({"JobIDRaw": "7", "JobID": "7", "JobName": "x", "User": "u", "Partition": "gpu",
+    values.update({"JobIDRaw": "7", "JobID": "7", "User": "u", "Partition": "gpu",
                    "State": "COMPLETED", "Submit": str(int(T0)), "Start": str(int(T0)),
                    "End": str(int(T0 + 60)), "ElapsedRaw": "60", "NCPUS": "1", "AllocTRES": tres,
                    "NodeList": node})
@@ -137,8 +137,8 @@ def test_a_site_that_does_not_match_the_cluster_is_named(site: Site, monkeypatch
     msg = site_mismatch(raw, site)
     assert msg is not None and "nodes gpu-07, gpu-08" in msg and "GRES types gpu:l4" in msg
     assert site_mismatch(raw.iloc[1:], site) is None
-    FakeSlurm(monkeypatch).on("sacct", lambda argv, env: _sacct_line("gpu-07", "cpu=1,gres/gpu:l4=1")
-                               if argv[argv.index("-S") + 1][:10] == _day(T0) else "").on("sacctmgr", "")
+    FakeSlurm(monkeypatch).on("sacct", sacct_names(lambda argv, env: _sacct_line("gpu-07", "cpu=1,gres/gpu:l4=1")
+                               if argv[argv.index("-S") + 1][:10] == _day(T0) else "")).on("sacctmgr", "")
     warned: list[str] = []
     period = Period(T0 - 60, T0 + H, True, True)
     rep = sacct_report(site, Runner(), period, now=T0 + 2 * H, warn=warned.append)

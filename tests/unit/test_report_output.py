@@ -17,6 +17,7 @@ from slurm_hetero.jobs.capacity import site_capacity
 from slurm_hetero.jobs.trace import KTH_SP2
 from slurm_hetero.reports import print_report, write_csv, write_html
 from slurm_hetero.reports.cli import report as report_cmd
+from slurm_hetero.reports.files import spreadsheet_safe
 from slurm_hetero.reports.fmt import cell, duration, header
 from slurm_hetero.reports.metrics import build_report
 from slurm_hetero.reports.model import Report
@@ -74,6 +75,27 @@ def test_text_from_the_data_is_escaped(tmp_path: Path) -> None:
     rep = build_report(jobs, site_capacity(site), Period(1796040000, 1796046000, True, True), "t")
     html = write_html(rep, tmp_path / "r.html").read_text()
     assert "&lt;b&gt;alice&lt;/b&gt;&amp;" in html and "<b>alice" not in html
+
+
+@pytest.mark.parametrize("formula", ["+cmd|' /C calc'!A0", "@SUM(1+1)", "-2+3+cmd|' /C calc'!A0",
+                                     '=HYPERLINK("http://x","y")', "\t=1+1"])
+def test_csv_cells_from_the_data_never_run_as_formulas(tmp_path: Path, formula: str) -> None:
+    site = load_site(DEMO)
+    text = (DATA / "sacct-handwritten.psv").read_text().replace("alice", formula)
+    jobs = psv_jobs(site, texts=[text])
+    rep = build_report(jobs, site_capacity(site), Period(1796040000, 1796046000, True, True), "t")
+    cells = []
+    for path in write_csv(rep, tmp_path / "csv"):
+        with path.open(newline="") as f:
+            cells += [c for row in list(csv.reader(f))[1:] for c in row]
+    assert "'" + formula in cells  # the user's text is there, as text
+    risky = [c for c in cells if c.startswith(("=", "+", "-", "@", "\t", "\r"))]
+    assert all(re.fullmatch(r"-?[\d.]+(e[+-]?\d+)?", c) for c in risky), risky  # numbers stay numbers
+
+
+def test_spreadsheet_safe_cells() -> None:
+    assert [spreadsheet_safe(v) for v in ("\r=1", "\n=1", "-1e5", "+.5", "1-2", "", None, -3.0)] == \
+        ["'\r=1", "'\n=1", "-1e5", "+.5", "1-2", "", None, -3.0]
 
 
 def test_formats() -> None:

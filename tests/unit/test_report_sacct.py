@@ -142,23 +142,40 @@ def _midnight(days_ago: int) -> float:
     return (today - timedelta(days=days_ago)).timestamp()
 
 
+# What the fetch asks for: the captured files' fields but the job name (user text).
+TRUSTED = tuple(f for f in PSV_FIELDS if f != "JobName")
+
+
+def _trusted(text: str) -> str:
+    """A captured file as sacct prints TRUSTED (its JobName column dropped)."""
+    at = PSV_FIELDS.index("JobName")
+    return "".join(DELIM.join(v for i, v in enumerate(ln.split(DELIM)) if i != at) + "\n"
+                   for ln in text.splitlines())
+
+
 def test_past_settled_days_come_from_the_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    done = (DATA / "sacct-22.05.psv").read_text()
+    done = _trusted((DATA / "sacct-22.05.psv").read_text())
     slurm = FakeSlurm(monkeypatch).on("sacct", done)
     # Well past midnight: in the first SETTLE_S after it, yesterday is not settled yet either.
     now = _midnight(0) + SETTLE_S + 600
     runner = Runner(slurm_conf="/nonexistent/slurm.conf")
-    src = SacctDays(runner, tmp_path, fields=PSV_FIELDS, now=now)
+    src = SacctDays(runner, tmp_path, fields=TRUSTED, now=now)
     texts = src.texts(_midnight(3), now)
     assert len(texts) == 4 and (src.fetched, src.hits) == (4, 0)
-    again = SacctDays(runner, tmp_path, fields=PSV_FIELDS, now=now)
+    again = SacctDays(runner, tmp_path, fields=TRUSTED, now=now)
     assert again.texts(_midnight(3), now) == texts
     assert (again.fetched, again.hits) == (1, 3)  # only today is asked again
     call = slurm.calls[0]
     assert call.argv[:5] == ["sacct", "-a", "-n", "-P", f"--delimiter={DELIM}"]
     assert call.argv[call.argv.index("-S") + 1] == datetime.fromtimestamp(_midnight(3)).strftime("%Y-%m-%dT%H:%M:%S")
-    assert call.argv[call.argv.index("-o") + 1] == ",".join(PSV_FIELDS)
+    assert call.argv[call.argv.index("-o") + 1] == ",".join(TRUSTED)
     assert {c.env["SLURM_TIME_FORMAT"] for c in slurm.calls} == {"%s"}
+
+
+def test_the_fetch_never_asks_for_user_text_beside_other_fields(tmp_path: Path) -> None:
+    for fields in (PSV_FIELDS, ("JobIDRaw", "State", "Comment"), ("JobIDRaw", "WorkDir")):
+        with pytest.raises(ValueError, match="user-written text"):
+            SacctDays(Runner(), tmp_path, fields=fields)
 
 
 def test_a_day_with_a_running_job_is_never_cached(tmp_path: Path) -> None:
