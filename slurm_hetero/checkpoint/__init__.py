@@ -3,7 +3,8 @@
 A job calls `Checkpointer(DIR)` once at start (the restart count and job id come from
 Slurm's environment), resumes from `.resume` if set, and writes each checkpoint with
 `with ck.writing() as tmp: ...` — committed by rename only while this incarnation is the
-newest (fence.py explains the protocol and what the filesystem must give).
+newest (fence.py explains the protocol and what the filesystem must give). The folder and
+everything in it must be the job user's alone (UnsafeFolder otherwise, exit status 2).
 """
 
 from __future__ import annotations
@@ -13,9 +14,9 @@ import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from slurm_hetero.checkpoint.fence import CheckpointDir, Epoch, FencedOut
+from slurm_hetero.checkpoint.fence import CheckpointDir, Epoch, FencedOut, UnsafeFolder
 
-__all__ = ["CheckpointDir", "Checkpointer", "Epoch", "FencedOut"]
+__all__ = ["CheckpointDir", "Checkpointer", "Epoch", "FencedOut", "UnsafeFolder"]
 
 
 class Checkpointer:

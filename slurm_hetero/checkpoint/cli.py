@@ -6,6 +6,8 @@
     slurm-hetero checkpoint commit /shared/ckpt/$SLURM_JOB_ID "$tmp" || exit 0  # 3: fenced
 
 Exit status 3 means a newer incarnation owns the folder: stop without writing more.
+Exit status 2 (with the path and the reason) means the folder cannot be trusted: it, its
+epochs/ or a checkpoint in it is another user's, writable by group or others, or a link.
 Without DIR, the folder is $SLURM_HETERO_CHECKPOINT, which a job submitted with
 `sbatch --checkpoint=DIR` finds set (the hetero SPANK plugin sets it).
 """
