@@ -36,9 +36,11 @@ def job_allocation(job_id: str, node: str, slurm_conf: str | None = None,
     if not job_id.isdigit():
         raise RuntimeFailure(f"job id {job_id!r} is not a number")
     runner = Runner(slurm_conf=slurm_conf, timeout=timeout)
-    text = runner.out(show_job_argv(job_id, detail=True))
     try:
-        return parse_job_devices(text, node)
+        return parse_job_devices(runner.out(show_job_argv(job_id, detail=True)), node)
     except AmbiguousRecord as e:
         raise RuntimeFailure(f"job {job_id}: its record is ambiguous ({e}); "
                              "no devices are given to it") from e
+    except RuntimeFailure as e:
+        raise RuntimeFailure(f"job {job_id}: slurmctld's record of its devices on {node} cannot be "
+                             f"read ({e}); no devices are given to it") from e

@@ -4,8 +4,9 @@ It starts from the chosen variant's own config.json (the admin's: namespaces, ca
 the image's environment) and takes from the config slurmstepd wrote only what Slurm owns:
 the command, the job's environment and Slurm's own mounts (batch script, stdio). Added:
 device nodes of the job's allocated accelerators, their visible-device variables
-renumbered from 0, the node's fabric settings, the admin's mounts and the user's requested
-mounts that the admin's allowlist covers. Nothing else of the host appears.
+renumbered from 0 (every other variable that chooses devices is dropped), the node's
+fabric settings, the admin's mounts and the user's requested mounts that the admin's
+allowlist covers. Nothing else of the host appears.
 
 The image's rootfs is shared by every job that runs it, so nothing of a job may change it:
 the root is always read-only, and no mount may make runc create its mount point there (a
@@ -28,9 +29,17 @@ from slurm_hetero.containers.nodeconf import NodeFacts
 from slurm_hetero.errors import InputError, RuntimeFailure
 from slurm_hetero.site.images import BindMount
 
-# Host-numbered device variables: meaningless inside, replaced by the renumbered ones.
-HOST_DEVICE_VARS = ("CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES",
-                    "GPU_DEVICE_ORDINAL", "ASCEND_RT_VISIBLE_DEVICES", "ASCEND_VISIBLE_DEVICES")
+# Variables that choose devices: the runtimes' (host-numbered, meaningless inside) and the
+# container hooks' (a hook in a variant's config.json adds the devices NVIDIA_/AMD_/
+# ASCEND_VISIBLE_DEVICES name). Whoever set them (the job, the image, the site), none
+# reaches the container: only the values the wrapper derives from the allocation do.
+DEVICE_VARS = ("CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES",
+               "GPU_DEVICE_ORDINAL", "ZE_AFFINITY_MASK", "ASCEND_RT_VISIBLE_DEVICES",
+               "ASCEND_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "AMD_VISIBLE_DEVICES")
+# NVIDIA's hook reads an unset NVIDIA_VISIBLE_DEVICES as "all" in an image that sets
+# CUDA_VERSION (its "legacy" images), so it is set to "void" (add nothing): the wrapper
+# mounts the allocated devices itself.
+HOOK_VARS = {"NVIDIA_VISIBLE_DEVICES": "void"}
 # Where slurmstepd puts the batch script and stdio (22.05+) and its spool mount (23.02+).
 SLURM_MOUNT_FILES = ("/tmp/slurm/startup", "/tmp/slurm/stdin", "/tmp/slurm/stdout",
                      "/tmp/slurm/stderr")
@@ -415,8 +424,9 @@ def build_config(variant_cfg: Mapping[str, Any], variant_dir: str, slurm_cfg: Ma
     env = env_dict(sproc.get("env") or [])
     env.update(env_dict(proc.get("env") or []))
     env.update(fabric_env)
-    for var in HOST_DEVICE_VARS:
+    for var in DEVICE_VARS:
         env.pop(var, None)
+    env.update(HOOK_VARS)
     env.update(devices.visible)
     proc["env"] = [f"{k}={v}" for k, v in env.items()]
     cfg["mounts"] = [*(cfg.get("mounts") or []), *slurm_mounts(slurm_cfg), *mounts,

@@ -6,6 +6,16 @@ config.json there (%b) from the bundle the job named (--container, set by the br
 the right variant and the job's devices, then exec runc on it, so runc is the task
 process slurmstepd signals and waits for. Any refusal exits before runc: the job ends
 FAILED with our one-line reason in its output; the node stays up.
+
+Which devices the job holds here comes from slurmctld's record only (`scontrol show job
+-d`, read by a parser user text cannot steer), with the job and node from our argv, which
+slurmstepd fills in from oci.conf. Never from the job's environment: config.json's env is
+what the job exported (`--export=ALL,SLURM_STEP_GPUS=5` arrives unchanged wherever Slurm
+sets no value of its own, as in a batch step), and this process runs with slurmstepd's
+environment, not the job's. Slurm gives no record of a step's own GPUs that a job cannot
+write (`scontrol show step` has counts, not indices), so a step sees all of its job's
+devices on the node. When the record cannot be read, nothing starts: a job that runs
+without the devices it waited for only fails later, less clearly.
 """
 
 from __future__ import annotations
@@ -19,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from slurm_hetero.conf.contract import MOUNTS_VAR
-from slurm_hetero.containers.gres import job_allocation, parse_ranges
+from slurm_hetero.containers.gres import job_allocation
 from slurm_hetero.containers.nodeconf import NodeConfig, NodeFacts
 from slurm_hetero.containers.ociconfig import (
     DevicePlan,
@@ -82,17 +92,15 @@ def requested_image(slurm_cfg: dict[str, Any], conf: NodeConfig) -> Image:
     return image
 
 
-def step_narrowed(allocation: dict[str, list[int]], env: dict[str, str]) -> dict[str, list[int]]:
-    """A step (srun inside an allocation) may hold fewer GPUs than the job: slurmstepd names
-    them in SLURM_STEP_GPUS. Only ever narrows what slurmctld says the job holds."""
-    step = env.get("SLURM_STEP_GPUS")
-    if not step or "gpu" not in allocation:
-        return allocation
+def node_allocation(conf: NodeConfig, job: str, node_name: str) -> dict[str, list[int]]:
+    """The job's device indices on this node, from slurmctld (see the module docstring); a
+    node without device files asks nothing (CPU containers start without a Slurm call)."""
+    if not conf.node(node_name).devices:
+        return {}
     try:
-        keep = set(parse_ranges(step))
-    except ValueError:
-        return allocation
-    return {**allocation, "gpu": [i for i in allocation["gpu"] if i in keep]}
+        return job_allocation(job, node_name, conf.slurm_conf)
+    except RuntimeFailure as e:
+        raise RuntimeFailure(f"{e}, so the container does not start") from e
 
 
 @dataclass(frozen=True)
@@ -109,7 +117,7 @@ def prepare(conf: NodeConfig, node_name: str, slurm_cfg: dict[str, Any],
     image = requested_image(slurm_cfg, conf)
     node: NodeFacts = conf.node(node_name)
     env = env_dict((slurm_cfg.get("process") or {}).get("env") or [])
-    devices = plan_devices(node, step_narrowed(allocation, env))
+    devices = plan_devices(node, allocation)  # slurmctld's, never narrowed or widened by env
     if len(devices.stacks) > 1:
         raise NoVariant(f"the job holds devices of several stacks on {node_name} "
                         f"({', '.join(devices.stacks)}); one image variant serves one stack")
@@ -160,7 +168,7 @@ def run(argv: Sequence[str]) -> int:
     conf = NodeConfig.load(a["conf"])
     slurm_path = posixpath.join(a["bundle"], "config.json")
     slurm_cfg = read_json(slurm_path, "Slurm's container config")
-    allocation = job_allocation(a["job"], a["node"], conf.slurm_conf)
+    allocation = node_allocation(conf, a["job"], a["node"])
     launch = prepare(conf, a["node"], slurm_cfg, allocation)
     write_json_atomic(slurm_path, launch.config, indent=1, mode=0o640)
     if os.environ.get("SLURM_HETERO_VERBOSE"):

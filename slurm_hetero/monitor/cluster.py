@@ -30,6 +30,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from slurm_hetero.bridge.snapshot import read_forecast
 from slurm_hetero.errors import RuntimeFailure
 from slurm_hetero.monitor.serve import serve
+from slurm_hetero.monitor.web import WebConfig
 from slurm_hetero.site.model import Site
 from slurm_hetero.site.pools import pools
 from slurm_hetero.slurm import hostlist
@@ -588,6 +589,7 @@ def _sacct_time(t: float) -> str:
 
 
 def serve_cluster(exporter: ClusterExporter, port: int, addr: str = "0.0.0.0",
-                  stop: Callable[[], bool] | None = None, ready: Callable[[int], None] | None = None) -> None:
+                  stop: Callable[[], bool] | None = None, ready: Callable[[int], None] | None = None,
+                  web: WebConfig | None = None) -> None:
     """Serve /metrics and run rounds until stop() (default: SIGTERM/SIGINT)."""
-    serve(exporter, port, addr, stop, ready)
+    serve(exporter, port, addr, stop, ready, web)

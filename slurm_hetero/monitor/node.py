@@ -28,6 +28,7 @@ from slurm_hetero.monitor.counters import EnergyCounters
 from slurm_hetero.monitor.holders import DeviceKey, Holder, Holders
 from slurm_hetero.monitor.serve import serve
 from slurm_hetero.monitor.status import DeviceStatus, read_status
+from slurm_hetero.monitor.web import WebConfig
 from slurm_hetero.site.names import normalize_arch
 
 log = logging.getLogger("slurm-hetero.monitor")
@@ -448,7 +449,8 @@ def _sleep_until_stopped(seconds: float, stop: Callable[[], bool]) -> None:
 
 
 def serve_node(exporter: NodeExporter, port: int, addr: str = "0.0.0.0",
-               stop: Callable[[], bool] | None = None, ready: Callable[[int], None] | None = None) -> None:
+               stop: Callable[[], bool] | None = None, ready: Callable[[int], None] | None = None,
+               web: WebConfig | None = None) -> None:
     """Serve /metrics on addr:port and sample until stop() (default: SIGTERM/SIGINT)."""
     exporter.sample()  # the first scrape already has devices
-    serve(exporter, port, addr, stop, ready)
+    serve(exporter, port, addr, stop, ready, web)

@@ -16,6 +16,7 @@ from slurm_hetero.conf.slurmconf import slurm_view
 from slurm_hetero.errors import InputError
 from slurm_hetero.monitor.cli import DEFAULT_CLUSTER_PORT, DEFAULT_NODE_PORT
 from slurm_hetero.site.model import Site
+from slurm_hetero.site.monitor import MonitorSettings
 
 
 @dataclass(frozen=True)
@@ -76,10 +77,13 @@ def render_prometheus(settings: PrometheusSettings) -> dict[str, str]:
 
 def render_units(profile: Profile, site_path: str, node_port: int = DEFAULT_NODE_PORT,
                  cluster_port: int = DEFAULT_CLUSTER_PORT, every_s: float = 1.0,
-                 cluster_every_s: int = 60) -> dict[str, str]:
-    """The systemd units of the node exporter (every node) and the cluster exporter."""
+                 cluster_every_s: int = 60, monitor: MonitorSettings | None = None) -> dict[str, str]:
+    """The systemd units of the node exporter (every node) and the cluster exporter, listening
+    where the site's `monitor:` says, with its web config (TLS, basic auth) when it names one."""
+    monitor = monitor or MonitorSettings()
     ctx = {"conf_dir": profile.conf_dir, "agent_cli": profile.agent_cli, "snapshot": profile.snapshot_path,
            "site_path": site_path, "node_port": node_port, "cluster_port": cluster_port,
-           "every_s": f"{every_s:g}", "cluster_every_s": cluster_every_s}
+           "every_s": f"{every_s:g}", "cluster_every_s": cluster_every_s,
+           "listen": monitor.listen, "web_config_file": monitor.web_config_file}
     return {"hetero-node-exporter.service": render_template("hetero-node-exporter.service", **ctx),
             "hetero-exporter.service": render_template("hetero-exporter.service", **ctx)}

@@ -7,8 +7,10 @@ import threading
 from collections.abc import Callable
 from typing import Protocol
 
-from prometheus_client import CollectorRegistry, ProcessCollector, start_http_server
+from prometheus_client import CollectorRegistry, ProcessCollector
 from prometheus_client.registry import Collector
+
+from slurm_hetero.monitor.web import WebConfig, start_server
 
 
 class Exporter(Collector, Protocol):
@@ -24,15 +26,16 @@ def registry_for(exporter: Collector) -> CollectorRegistry:
 
 
 def serve(exporter: Exporter, port: int, addr: str = "0.0.0.0", stop: Callable[[], bool] | None = None,
-          ready: Callable[[int], None] | None = None) -> None:
-    """Serve /metrics on addr:port and run the exporter until stop() (default: SIGTERM/SIGINT);
-    `ready` gets the port bound (0 picks a free one)."""
+          ready: Callable[[int], None] | None = None, web: WebConfig | None = None) -> None:
+    """Serve /metrics on addr:port (with the web config's TLS and basic auth) and run the
+    exporter until stop() (default: SIGTERM/SIGINT); `ready` gets the port bound (0 picks a
+    free one)."""
     stopping = threading.Event()
     if stop is None:
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: stopping.set())
         stop = stopping.is_set
-    server, thread = start_http_server(port, addr, registry=registry_for(exporter))
+    server, thread = start_server(registry_for(exporter), port, addr, web)
     if ready:
         ready(int(server.server_address[1]))
     try:

@@ -46,6 +46,7 @@ from slurm_hetero.site.limits import (
 )
 from slurm_hetero.site.migration import load_migration
 from slurm_hetero.site.model import AccelGroup, Billing, NodeAgent, NodeGroup, Partition, Site
+from slurm_hetero.site.monitor import load_monitor
 from slurm_hetero.site.names import ARCH_ALIASES, ARCH_ALLOWED, near
 from slurm_hetero.site.policies import DEFAULT_POLICIES, AutoRule, EnergyPolicy, parse_power_cap
 from slurm_hetero.site.power import load_power
@@ -565,6 +566,7 @@ def load_site_text(text: str, source: str = "<site>", path: Path | None = None) 
     slurm = load_slurm(data, groups, partitions, b.err)  # the existing installation
     power = load_power(data, groups, partitions, b.err)  # power saving (site/power.py)
     migration = load_migration(data, b.err)  # moving jobs between pools
+    monitor = load_monitor(data, b.err)  # the exporters' address and web config
     if b.problems:
         raise SiteError(source, [p.format(source, positions) for p in b.problems])
     billing = Billing(**(data.get("billing") or {}))
@@ -573,7 +575,7 @@ def load_site_text(text: str, source: str = "<site>", path: Path | None = None) 
                 qos=qos, default_qos=default_qos, billing=billing, energy_policies=policies,
                 energy_auto=auto, node_agent=node_agent,
                 images=images, containers=containers, slurm=slurm, power=power,
-                migration=migration)
+                migration=migration, monitor=monitor)
 
 
 def decode_site_bytes(raw: bytes, source: str) -> str:

@@ -9,6 +9,7 @@ from ClusterShell.NodeSet import NodeSet
 
 from slurm_hetero.site.catalog import AccelModel, Normalization
 from slurm_hetero.site.images import ContainerSettings, DriverInfo, Image
+from slurm_hetero.site.monitor import MonitorSettings
 from slurm_hetero.site.policies import DEFAULT_POLICIES, AutoRule, EnergyPolicy
 from slurm_hetero.site.units import size_gb_label
 
@@ -247,6 +248,7 @@ class Site:
     slurm: SlurmSettings = field(default_factory=SlurmSettings)
     power: PowerSettings = field(default_factory=PowerSettings)
     migration: MigrationSettings = field(default_factory=MigrationSettings)
+    monitor: MonitorSettings = field(default_factory=MonitorSettings)  # the exporters
 
     @property
     def cluster_name(self) -> str:

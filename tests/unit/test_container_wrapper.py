@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from slurm_hetero.conf.render import Profile, render_site, write_files
-from slurm_hetero.containers.ociconfig import MountRefused, env_dict
+from slurm_hetero.containers.ociconfig import DEVICE_VARS, DevicePlan, MountRefused, build_config, env_dict
 from slurm_hetero.containers.wrapper import NotInCatalog, prepare, requested_image
 from slurm_hetero.errors import RuntimeFailure
 from slurm_hetero.site import load_site_text
@@ -127,12 +127,15 @@ def test_an_image_without_a_site_mount_point_is_refused(tmp_path: Path) -> None:
 # ---- the real entry point ------------------------------------------------------------------
 
 def run_entry(tree: DevTree, bundle: Path, node: str, scontrol_out: str, extra_env: tuple[str, ...] = (),
-              image: str = "pytorch/24.05") -> subprocess.CompletedProcess[str]:
+              image: str = "pytorch/24.05", scontrol_rc: int = 0) -> subprocess.CompletedProcess[str]:
+    """The wrapper as slurmstepd runs it; a fake scontrol prints scontrol_out (on stderr,
+    exiting scontrol_rc, when that is not 0) and leaves a mark that it ran."""
     bundle.mkdir(parents=True, exist_ok=True)
     (bundle / "config.json").write_text(json.dumps(slurm_config(tree, image_dir(tree, image), extra_env)))
     captured = bundle / "scontrol.txt"
     captured.write_text(scontrol_out)
-    fake_command(bundle / "bin" / "scontrol", f'cat "{captured}"\n')
+    body = f'cat "{captured}"\n' if not scontrol_rc else f'cat "{captured}" >&2; exit {scontrol_rc}\n'
+    fake_command(bundle / "bin" / "scontrol", f'touch "{bundle}/scontrol-ran"\n{body}')
     env = {**os.environ, "PATH": f"{bundle / 'bin'}:{os.environ['PATH']}"}
     argv = [sys.executable, "-I", "-S", str(ENTRY), "run", "--conf", f"{tree.profile.conf_dir}/hetero-containers.json",
             "--bundle", str(bundle), "--node", node, "--job", "12", "--id", f"{node}.12.0.0",
@@ -167,6 +170,91 @@ def test_entry_refuses_before_runc(tree: DevTree, tmp_path: Path) -> None:
     r = run_entry(tree, tmp_path / "d", "cpu-x86-01", "", image="busybox/1.35")
     assert r.returncode == 0, r.stderr  # busybox on a CPU node: its x86_64/cpu variant
     assert '"org.slurm-hetero.variant": "x86_64/cpu"' in r.stdout
+
+
+# ---- the devices are slurmctld's, never the job's environment's --------------------------------
+
+HELD = "     Nodes=a100-01 CPU_IDs=0-1 Mem=2048 GRES=gpu:a100-80gb:2(IDX:1,3)\n"
+
+
+def launched(r: subprocess.CompletedProcess[str]) -> dict[str, Any]:
+    """The config.json the fake runc was handed."""
+    assert r.returncode == 0, r.stderr
+    cfg: dict[str, Any] = json.loads(r.stdout.split("\n", 1)[1])
+    return cfg
+
+
+def gpu_mounts(cfg: dict[str, Any]) -> list[str]:
+    return [m["destination"] for m in cfg["mounts"] if m["destination"].startswith("/dev/nv")]
+
+
+@pytest.mark.parametrize("exported", [
+    ("SLURM_STEP_GPUS=3",),  # once narrowed the job to its GPU 3
+    ("SLURM_STEP_GPUS=5",),  # a GPU the job does not hold: once left it none
+    ("SLURM_JOB_GPUS=0,2",),
+    ("CUDA_VISIBLE_DEVICES=0,2", "GPU_DEVICE_ORDINAL=0,2", "ROCR_VISIBLE_DEVICES=0"),
+])
+def test_exported_device_variables_choose_nothing(tree: DevTree, tmp_path: Path, exported: tuple[str, ...]) -> None:
+    """`sbatch --export=ALL,SLURM_STEP_GPUS=5`: what a job exports reaches config.json's env
+    (a batch step gets no value of Slurm's own over it); the devices stay slurmctld's."""
+    cfg = launched(run_entry(tree, tmp_path / "b", "a100-01", HELD, extra_env=exported))
+    assert gpu_mounts(cfg) == ["/dev/nvidia1", "/dev/nvidia3", "/dev/nvidiactl", "/dev/nvidia-uvm"]
+    env = env_dict(cfg["process"]["env"])
+    assert env["CUDA_VISIBLE_DEVICES"] == "0,1"
+    assert "GPU_DEVICE_ORDINAL" not in env and "ROCR_VISIBLE_DEVICES" not in env
+
+
+HOOKS = ("NVIDIA_VISIBLE_DEVICES=all", "AMD_VISIBLE_DEVICES=all", "ASCEND_VISIBLE_DEVICES=0-7",
+         "HIP_VISIBLE_DEVICES=0", "ZE_AFFINITY_MASK=0", "ASCEND_RT_VISIBLE_DEVICES=0-7")
+
+
+@pytest.mark.parametrize(("node", "image", "held", "ours"), [
+    ("a100-01", "pytorch/24.05", {"gpu": [1, 3]}, {"CUDA_VISIBLE_DEVICES": "0,1"}),
+    ("npu-02", "pytorch/24.05", {"npu": [6, 7]}, {"ASCEND_RT_VISIBLE_DEVICES": "0,1"}),
+    ("cpu-x86-01", "busybox/1.35", {}, {}),
+])
+def test_device_variables_in_the_container_are_only_the_wrappers(tree: DevTree, node: str, image: str,
+                                                                 held: dict[str, list[int]],
+                                                                 ours: dict[str, str]) -> None:
+    """NVIDIA_VISIBLE_DEVICES=all would make an NVIDIA hook in a variant's config add every
+    GPU of the node: it becomes "void", and every other device variable the job set goes."""
+    cfg = prepare(tree.conf, node, slurm_config(tree, image_dir(tree, image), HOOKS), held).config
+    env = env_dict(cfg["process"]["env"])
+    assert {k: v for k, v in env.items() if k in DEVICE_VARS} == {"NVIDIA_VISIBLE_DEVICES": "void", **ours}
+
+
+def test_an_images_own_device_variables_are_replaced_too() -> None:
+    """CUDA images set NVIDIA_VISIBLE_DEVICES=all (and CUDA_VERSION, which makes NVIDIA's
+    hook read an unset one as "all" too)."""
+    variant = {"process": {"env": ["CUDA_VERSION=12.4", "NVIDIA_VISIBLE_DEVICES=all", "CUDA_VISIBLE_DEVICES=0-7"]},
+               "root": {"path": "rootfs"}}
+    plan = DevicePlan((), {"CUDA_VISIBLE_DEVICES": "0"}, ("cuda",))
+    cfg = build_config(variant, "/images/x", {"process": {"env": []}}, devices=plan, fabric_env={}, mounts=[],
+                       hostname=None, annotations={})
+    env = env_dict(cfg["process"]["env"])
+    assert (env["NVIDIA_VISIBLE_DEVICES"], env["CUDA_VISIBLE_DEVICES"]) == ("void", "0")
+
+
+@pytest.mark.parametrize(("answer", "rc", "why"), [
+    ("slurm_load_jobs error: Unable to contact slurm controller (connect failure)", 1,
+     "job 12: slurmctld's record of its devices on a100-01 cannot be read (scontrol exited 1: slurm_load_jobs "
+     "error: Unable to contact slurm controller (connect failure)); no devices are given to it"),
+    (HELD + "   Comment=x\n" + HELD, 0, "job 12: its record is ambiguous (2 detail lines name node a100-01 "
+                                         "(user text imitates one)); no devices are given to it"),
+])
+def test_no_record_of_the_devices_no_container(tree: DevTree, tmp_path: Path, answer: str, rc: int,
+                                               why: str) -> None:
+    """Without slurmctld's record nothing starts, with one line saying why (exit 1: nothing
+    the user wrote is wrong), rather than a job that runs without the devices it waited for."""
+    r = run_entry(tree, tmp_path / "b", "a100-01", answer, extra_env=("SLURM_JOB_GPUS=1,3",), scontrol_rc=rc)
+    assert (r.returncode, r.stdout) == (1, "")  # runc never ran
+    assert r.stderr == f"slurm-hetero: container refused: {why}, so the container does not start\n"
+
+
+def test_a_node_without_devices_asks_slurmctld_nothing(tree: DevTree, tmp_path: Path) -> None:
+    r = run_entry(tree, tmp_path / "b", "cpu-x86-01", "down", image="busybox/1.35", scontrol_rc=1)
+    assert launched(r)["annotations"]["org.slurm-hetero.variant"] == "x86_64/cpu"
+    assert not (tmp_path / "b" / "scontrol-ran").exists()
 
 
 def test_entry_usage_and_broken_conf(tmp_path: Path) -> None:
@@ -214,12 +302,15 @@ def test_taskprolog_exports_the_npu_indices(tree: DevTree, tmp_path: Path) -> No
 def test_rendered_oci_conf_and_taskprolog(tree: DevTree) -> None:
     files = render_site(tree.site, tree.profile)
     oci = files["oci.conf"]
+    # runc's state per user (/run/user/%U); 22.05 knows no %U: the shell asks for the uid.
+    state = tree.profile.runc_root.replace("%U", "$(/usr/bin/id -u)")
+    assert "%U" in tree.profile.runc_root and "%U" not in oci
     run = next(ln for ln in oci.splitlines() if ln.startswith("RunTimeRun="))
     assert run == (f'RunTimeRun="{tree.profile.python} -I -S {tree.profile.hetero_lib}/slurm_hetero/containers/'
                    f'oci_run.py run --conf {tree.profile.conf_dir}/hetero-containers.json --bundle %b --node %n '
-                   f'--job %j --id %n.%j.%s.%t --runc-root {tree.profile.runc_root}"')
+                   f'--job %j --id %n.%j.%s.%t --runc-root {state}"')
     for key in ("RunTimeQuery", "RunTimeKill", "RunTimeDelete"):
-        assert f'{key}="{tree.profile.runc} --root {tree.profile.runc_root} ' in oci
+        assert f'{key}="{tree.profile.runc} --root {state} ' in oci
         assert "%n.%j.%s.%t" in next(ln for ln in oci.splitlines() if ln.startswith(key))
     assert f"TaskProlog={tree.profile.conf_dir}/hetero-taskprolog\n" in files["slurm.conf"]
     assert json.loads(files["hetero-containers.json"])["gres_env"] == {
@@ -241,5 +332,5 @@ def test_no_taskprolog_without_plugin_less_gres() -> None:
     assert json.loads(files["hetero-containers.json"])["gres_env"] == {}
     assert json.loads(files["hetero-containers.json"])["images"] == {}
     # No catalog: Slurm's own containers, as the bridge then leaves --container alone.
-    assert 'RunTimeRun="/usr/sbin/runc --root /run/user/%U/slurm-hetero-runc run %n.%j.%s.%t -b %b"' \
+    assert 'RunTimeRun="/usr/sbin/runc --root /run/user/$(/usr/bin/id -u)/slurm-hetero-runc run %n.%j.%s.%t -b %b"' \
         in files["oci.conf"]

@@ -22,11 +22,14 @@ from slurm_hetero.monitor.cluster import ClusterExporter
 from slurm_hetero.monitor.node import NodeExporter
 from slurm_hetero.monitor.render import PrometheusSettings, render_prometheus, render_units, settings_for_site
 from slurm_hetero.monitor.serve import registry_for
-from slurm_hetero.site import load_site
+from slurm_hetero.site import load_site, load_site_text
+from slurm_hetero.site.load import SiteError
+from slurm_hetero.site.monitor import MonitorSettings
 from tests.unit.test_monitor_cluster import CapturedSlurm
 
 ROOT = Path(__file__).resolve().parents[2]
 DASHBOARD = ROOT / "slurm_hetero" / "monitor" / "dashboard.json"
+DEMO = ROOT / "site" / "demo" / "site.yaml"
 SETTINGS = PrometheusSettings(node_targets=["gpu-01:9410", "npu-01:9410"], cluster_targets=["ctl:9411"],
                               alertmanagers=["am:9093"])
 METRIC = re.compile(r"\b(hetero[_:][a-z0-9_:]+)")
@@ -103,12 +106,47 @@ def test_systemd_units() -> None:
     units = render_units(Profile(agent_cli="/opt/hetero/bin/slurm-hetero"), "/etc/slurm/my site.yaml",
                          node_port=9500)
     node = units["hetero-node-exporter.service"]
-    assert "ExecStart=/opt/hetero/bin/slurm-hetero node exporter --port 9500 --every 1\n" in node
+    assert "ExecStart=/opt/hetero/bin/slurm-hetero node exporter --port 9500 --listen 0.0.0.0 --every 1\n" in node
     assert "Environment=SLURM_CONF=/etc/slurm/slurm.conf" in node
     cluster = units["hetero-exporter.service"]
     assert "exporter --site '/etc/slurm/my site.yaml' --snapshot /var/spool/slurmctld/hetero-snapshot.lua" in cluster
     for text in units.values():
         assert "[Service]" in text and "[Install]" in text and "{{" not in text
+        assert "--web-config-file" not in text
+
+
+SITE_MONITOR = """
+monitor:
+  listen: 10.20.0.0/16
+  web_config_file: /etc/slurm-hetero/web-config.yml
+"""
+
+
+def test_the_sites_address_and_web_config_reach_the_units() -> None:
+    site = load_site_text(DEMO.read_text() + SITE_MONITOR)
+    assert site.monitor == MonitorSettings("10.20.0.0/16", "/etc/slurm-hetero/web-config.yml")
+    units = render_units(Profile(), "/etc/slurm/site.yaml", monitor=site.monitor)
+    for name, command in (("hetero-node-exporter.service", "node exporter --port 9410"),
+                          ("hetero-exporter.service", "--port 9411")):
+        start = next(ln for ln in units[name].splitlines() if ln.startswith("ExecStart="))
+        assert f"{command} --listen 10.20.0.0/16 --web-config-file /etc/slurm-hetero/web-config.yml " in start
+    # a path with a space stays one argument
+    odd = render_units(Profile(), "/s.yaml", monitor=MonitorSettings("::", "/etc/web config.yml"))
+    assert "--listen :: --web-config-file '/etc/web config.yml' " in odd["hetero-exporter.service"]
+
+
+@pytest.mark.parametrize(("monitor", "message"), [
+    ("{listen: 10.20.1.5}", "monitor.listen: 10.20.1.5 is one host's address, but every node's exporter "
+                            "listens on this value: write the network it lies in"),
+    ("{listen: 10.20.1.5/16}", "monitor.listen: '10.20.1.5/16' is neither an IP address nor a network"),
+    ("{listen: eth0}", "monitor.listen: 'eth0' is neither an IP address nor a network"),
+    ("{web_config_file: web.yml}", "monitor.web_config_file: 'web.yml' is not allowed"),
+    ("{address: 0.0.0.0}", "monitor: Additional properties are not allowed ('address' was unexpected)"),
+])
+def test_bad_monitor_sections_name_the_field(monitor: str, message: str) -> None:
+    with pytest.raises(SiteError) as e:
+        load_site_text(DEMO.read_text() + f"\nmonitor: {monitor}\n", "site.yaml")
+    assert message in str(e.value), str(e.value)
 
 
 def _panels(dash: dict[str, Any]) -> list[dict[str, Any]]:
