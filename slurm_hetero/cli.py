@@ -25,7 +25,8 @@ def site_argument(fn: F) -> F:
 
 def workdir_option(fn: F) -> F:
     return click.option("--workdir", type=click.Path(path_type=Path), default=None,
-                        help="Cluster state folder [default: ~/.local/state/slurm-hetero/SITE]")(fn)
+                        help="Cluster state folder [default: /var/lib/slurm-hetero/SITE for root, "
+                             "else ~/.local/state/slurm-hetero/SITE]")(fn)
 
 
 @click.group()
@@ -203,17 +204,29 @@ def bridge_snapshot(site_path: Path, output: Path) -> None:
 @click.option("--pidfile", type=click.Path(path_type=Path), default=None)
 @click.option("--forecast", "with_forecast", is_flag=True,
               help="Refresh the per-pool demand forecast each minute into the snapshot (asks slurmdbd).")
+@click.option("--history/--no-history", "with_history", default=True, show_default=True,
+              help="Publish each user's finished jobs for the bridge's model (hetero-history.lua beside "
+                   "the snapshot; asks slurmdbd every 20 s).")
+@click.option("--model-tail", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="The users' last jobs as the compiled model was exported with them (`model export` "
+                   "writes MODEL.tail.json); without it a user's history starts 14 days back.")
 @reports_errors
 def bridge_run(site_path: Path, snapshot: Path, every: float, margin: float,
-               pidfile: Path | None, with_forecast: bool) -> None:
+               pidfile: Path | None, with_forecast: bool, with_history: bool,
+               model_tail: Path | None) -> None:
     """The bridge daemon: snapshot + heartbeat, limit extensions, SiteFactor (until SIGTERM)."""
     import os
 
     from slurm_hetero.bridge.daemon import BridgeDaemon, ExtendPolicy
+    from slurm_hetero.bridge.history import HISTORY_FILE, OnlineHistory
+    from slurm_hetero.predict.tail import read_tail
     from slurm_hetero.site import load_site
     from slurm_hetero.slurm.runner import Runner
 
     site = load_site(site_path)
+    history = (OnlineHistory(Runner(), snapshot.parent / HISTORY_FILE,
+                             read_tail(model_tail) if model_tail else None, log=console.print)
+               if with_history else None)
     forecaster = None
     if with_forecast:  # forecast/ sits above the bridge: handed in, never imported by it
         from slurm_hetero.forecast.live import Refresher
@@ -221,7 +234,7 @@ def bridge_run(site_path: Path, snapshot: Path, every: float, margin: float,
 
         forecaster = Refresher(site, Runner(), log=console.print, cache_root=default_cache_dir())
     daemon = BridgeDaemon(site, Runner(), snapshot, every, extend=ExtendPolicy(margin_s=margin),
-                          log=console.print, forecaster=forecaster)
+                          log=console.print, forecaster=forecaster, online=history)
     if pidfile:
         pidfile.write_text(f"{os.getpid()}\n")
     try:

@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 
 from slurm_hetero.predict import export_lua, synthetic
+from slurm_hetero.predict.tail import tail_path, write_tail
 from slurm_hetero.predict.train import TrainParams, train
 
 PARAMS = TrainParams(rounds=60, quantile_rounds=40, threads=2)
@@ -31,7 +32,11 @@ def history(jobs: int = 6000, root_jobs: int = 400) -> pd.DataFrame:
     return pd.concat([df, root]).sort_values("submit", kind="stable").reset_index(drop=True)
 
 
-def export_model(path: Path) -> Path:
-    table = history()
-    export_lua.write(export_lua.export_text(train(table, PARAMS), table), path)
+def export_model(path: Path, table: pd.DataFrame | None = None) -> Path:
+    """The model trained on `table` (default: `history()`), exported to `path` with its
+    users' tail beside it, as `model export` writes them."""
+    table = history() if table is None else table
+    users, until = export_lua.users_state(table)
+    export_lua.write(export_lua.render(train(table, PARAMS), users, until), path)
+    write_tail(table, until, tail_path(path))
     return path

@@ -321,18 +321,111 @@ end
 -- Written by `slurm-hetero bridge snapshot` (slurm_hetero/bridge/snapshot.py), atomically:
 --   -- hetero-snapshot GENERATION
 --   return { generated_at = EPOCH_S, pools = { ["model@arch"] = { total = N, free = N,
---            free_max_node = N, pending = N }, ... } }
--- Re-read at most every SNAPSHOT_CHECK_S s and loaded only when GENERATION changed: as
--- data (no functions in its environment, a bounded number of instructions), then checked
--- field by field. A pool with a bad field is left out (one log line per load), so the
--- bridge ranks it as if the snapshot did not list it; a snapshot without a usable time is
--- unreadable. Fresh: at most SNAPSHOT_STALE_S old and not dated more than CLOCK_SKEW_S
--- ahead of slurmctld's clock (a writer whose clock runs ahead must not look fresh forever).
+--            free_max_node = N, pending = N }, ... }, forecast = { ... } }
+-- Re-read at most every SNAPSHOT_CHECK_S s and loaded only when GENERATION changed: with
+-- bounded reads, as data only (not_data), in an empty environment, under an instruction
+-- cap, then checked field by field. A pool with a bad field is left out (one log line per
+-- load), so the bridge ranks it as if the snapshot did not list it. A new generation
+-- rejected whole (too large, not data, no usable time) leaves the last good snapshot in
+-- place until that goes stale, with one log line; a file without a generation line counts
+-- as none. Fresh: at most SNAPSHOT_STALE_S old and not dated more than CLOCK_SKEW_S ahead
+-- of slurmctld's clock (a writer whose clock runs ahead must not look fresh forever).
 
 local CLOCK_SKEW_S = 5
 local MAX_DEVICES = 2147483647
 local SNAPSHOT_INSTRUCTIONS = 1000000
+-- The whole file, read with bounded reads. The largest site the schema allows (256 added
+-- models and the catalog, two arches, 64-character ids, 10-digit counts, a forecast) writes
+-- about 180 KiB. A data-only chunk (not_data) allocates in proportion to its size: ~40
+-- bytes per byte at most as measured (`{{{}}},` over and over), ~20 MiB at this cap, once.
+local SNAPSHOT_MAX_BYTES = 524288
+local SNAPSHOT_HEAD_BYTES = 128  -- the generation line ends within it
 local POOL_FIELDS = { "total", "free", "free_max_node", "pending" }
+local DATA_WORDS = { ["return"] = true, ["true"] = true, ["false"] = true, ["nil"] = true }
+
+-- Why a chunk is not data only, or nil. The instruction cap bounds time, not memory:
+-- `('x'):rep(2^28)`, or `x = x .. x` 28 times, allocates 256 MiB in a few instructions. So
+-- the chunk is first tokenized as Lua 5.1's lexer does, and may hold nothing but strings,
+-- numerals, comments, the punctuation { } [ ] = , ; + - * /, the words return true false
+-- nil, and names directly followed by one `=` (a field name, or a global of the chunk's
+-- empty environment). No name is ever read and there is no `(`, so no expression is a
+-- function to call (f"s" and f{} too need a name read or a `(`) or a value to index (no `:`
+-- or `.` either); no `..`, so nothing is concatenated; no function, for, while or repeat, so
+-- each statement runs once. Every value is a constant, a number, or a table the file spells
+-- out entry by entry: memory is linear in the file's size, which is capped. Where this scan
+-- and Lua could end a string differently, the chunk is refused: a raw newline in a quoted
+-- string (Lua fails on it too), `[[` inside `[[...]]` (an error or nesting, depending on
+-- how Lua 5.1 was built). Outside strings only the ASCII above may appear: no byte a locale
+-- could make a letter, no ESC of a precompiled chunk. Each search starts where the last one
+-- ended: linear time.
+local function not_data(text)
+    local pos = 1
+    while true do
+        pos = sfind(text, "[^ \t\r\n{}%],;=+*/]", pos)  -- space and plain punctuation skipped
+        if pos == nil then return nil end
+        local c, c2 = sbyte(text, pos, pos + 1)
+        local eq, body  -- a long bracket's level and where its content starts
+        if (c >= 97 and c <= 122) or (c >= 65 and c <= 90) or c == 95 then  -- a name
+            local stop, nxt = smatch(text, "^[A-Za-z0-9_]+()[ \t\r\n]*()", pos)
+            local b, b2 = sbyte(text, nxt, nxt + 1)
+            if (b ~= 61 or b2 == 61) and not DATA_WORDS[ssub(text, pos, stop - 1)] then
+                return "'" .. ssub(text, pos, min(stop - 1, pos + 15)) .. "' at byte " .. pos ..
+                    " is not a field name"  -- not followed by one "="
+            end
+            pos = nxt
+        elseif c >= 48 and c <= 57 or (c == 46 and c2 and c2 >= 48 and c2 <= 57) then
+            -- a numeral as Lua 5.1 reads one: digits and dots, E and a sign, alphanumerics
+            local stop = smatch(text, "^[0-9]+()[^0-9.A-Za-z_]", pos)  -- the usual: digits only
+            if stop then
+                pos = stop
+            else
+                pos = smatch(text, "^[0-9.]*()", pos)
+                local e = sbyte(text, pos)
+                if e == 69 or e == 101 then pos = smatch(text, "^.[+-]?()", pos) end
+                pos = smatch(text, "^[A-Za-z0-9_]*()", pos)
+            end
+        elseif c == 34 or c == 39 then  -- a quoted string: a backslash takes the next byte
+            local stops = c == 34 and '["\\\r\n]' or "['\\\r\n]"
+            local i = pos + 1
+            while true do
+                i = sfind(text, stops, i)
+                local b = i and sbyte(text, i)
+                if b == c then break end
+                if b ~= 92 then return "an unfinished string at byte " .. pos end
+                i = i + 2
+            end
+            pos = i + 1
+        elseif c == 91 then  -- "[": a long string, or an index
+            if c2 == 61 or c2 == 91 then
+                eq, body = smatch(text, "^%[(=*)%[()", pos)
+                if body == nil then return "a bad long bracket at byte " .. pos end
+            else
+                pos = pos + 1
+            end
+        elseif c == 45 then  -- "-", or a comment: long, or to the end of the line
+            if c2 ~= 45 then
+                pos = pos + 1
+            else
+                eq, body = smatch(text, "^%-%-%[(=*)%[()", pos)
+                if body == nil then
+                    pos = sfind(text, "[\r\n]", pos)
+                    if pos == nil then return nil end
+                end
+            end
+        else
+            return sformat("byte %d (%s) outside a string", pos,
+                (c > 32 and c < 127) and "'" .. ssub(text, pos, pos) .. "'" or "code " .. c)
+        end
+        if body then  -- to the first closing bracket of its level, as Lua 5.1 reads it
+            local close = sfind(text, "]" .. eq .. "]", body, true)
+            if close == nil then return "an unfinished long bracket at byte " .. pos end
+            if eq == "" and sfind(ssub(text, body, close - 1), "[[", 1, true) then
+                return "[[ inside [[...]] at byte " .. pos
+            end
+            pos = close + #eq + 2
+        end
+    end
+end
 
 local function device_count(v)
     return type(v) == "number" and v >= 0 and v <= MAX_DEVICES and floor(v) == v
@@ -377,14 +470,19 @@ local function check_snapshot(data)
     return { generated_at = at, pools = pools }, bad
 end
 
--- The text after the generation line, run as data and checked: like check_snapshot.
-local function load_snapshot(text)
-    local chunk, err = loadstring(text, "=snapshot")
+-- A data file's chunk (the text after its generation line) run as data: the value it
+-- returns, or nil and why. Any data file the bridge loads goes through here, each with a
+-- byte cap of its own.
+local function load_data(text, name, max_bytes)
+    if #text > max_bytes then return nil, "larger than " .. max_bytes .. " bytes" end
+    local why = not_data(text)
+    if why then return nil, "not data: " .. why end
+    local chunk, err = loadstring(text, "=" .. name)
     if chunk == nil then return nil, tostring(err) end
-    setfenv(chunk, {})  -- data only: the chunk sees no functions at all
+    setfenv(chunk, {})  -- the chunk sees no functions at all
     local ok, data
     local hook = debug and debug.sethook
-    if hook then  -- and cannot loop for ever inside slurmctld
+    if hook then  -- and runs a bounded number of instructions (belt and braces)
         local h, mask, count = debug.gethook()
         hook(function() error("runs too long", 0) end, "", SNAPSHOT_INSTRUCTIONS)
         ok, data = pcall(chunk)
@@ -393,6 +491,13 @@ local function load_snapshot(text)
         ok, data = pcall(chunk)
     end
     if not ok then return nil, tostring(data) end
+    return data
+end
+
+-- The snapshot's chunk loaded and checked: like check_snapshot.
+local function load_snapshot(text)
+    local data, why = load_data(text, "snapshot", SNAPSHOT_MAX_BYTES)
+    if why then return nil, why end
     return check_snapshot(data)
 end
 
@@ -414,17 +519,29 @@ local function read_snapshot()
         snap.data, snap.gen, snap.problem = nil, nil, nil
         return
     end
-    local gen = smatch(f:read("*l") or "", "^%-%- hetero%-snapshot (%d+)")
+    -- Bounded reads only ("*l" and "*a" would take a line or a file of any length).
+    local head = f:read(SNAPSHOT_HEAD_BYTES) or ""
+    local gen, body = smatch(head, "^%-%- hetero%-snapshot (%d+)[^\n]*\n()")
     if gen == nil then
         snap.data, snap.gen, snap.problem = nil, nil, "no generation line"
     elseif gen ~= snap.gen then  -- a new generation: loaded and checked once
-        local data, bad = load_snapshot(f:read("*a") or "")
-        snap.data, snap.gen = data, gen
-        placed = {}  -- the new snapshot counts them (as running or pending)
-        if data == nil then
-            snap.problem = bad
+        snap.gen = gen
+        local rest = f:read(SNAPSHOT_MAX_BYTES + 1 - #head) or ""
+        local data, bad
+        if #head + #rest > SNAPSHOT_MAX_BYTES then
+            bad = "larger than " .. SNAPSHOT_MAX_BYTES .. " bytes"
         else
-            snap.problem = nil
+            data, bad = load_snapshot(ssub(head, body) .. rest)
+        end
+        if data == nil then  -- the last good one, if any, stays until it is stale
+            snap.problem = bad
+            if snap.data then
+                slurm.log_error("slurm-hetero: capacity snapshot %s rejected (%s): the previous one applies until stale",
+                    SNAPSHOT_PATH, shown(tostring(bad)))
+            end
+        else
+            snap.data, snap.problem = data, nil
+            placed = {}  -- the new snapshot counts them (as running or pending)
             if #bad > 0 then
                 slurm.log_error("slurm-hetero: capacity snapshot %s: %d pool(s) left out: %s%s",
                     SNAPSHOT_PATH, #bad, tconcat(bad, ", ", 1, min(#bad, 5)),
@@ -832,6 +949,77 @@ if MODEL_LUA ~= nil then
     if MODEL == nil then slurm.log_error("slurm-hetero: runtime model not loaded: %s", tostring(err)) end
 end
 
+-- ---- the users' history online (slurm_hetero/bridge/history.py) ----------------------
+-- The bridge daemon writes it beside the snapshot, atomically:
+--   -- hetero-history GENERATION
+--   return { generated_at = EPOCH_S, history_until = EPOCH_S, nstate = N,
+--            users = { ["name"] = { N numbers, STATE order }, ... } }
+-- Checked at most every HISTORY_CHECK_S s (one comparison per job otherwise), loaded only
+-- when GENERATION changed, as data only under a byte cap of its own (load_data), then entry
+-- by entry: a user name of what useradd and directories allow and exactly the model's N
+-- finite numbers, or that entry is skipped (one log line per load). A file whose base is
+-- older than the model's own history (a daemon still on the last export) or that fails
+-- whole leaves the last good one in place. The model reads it before its exported history.
+local HISTORY_PATH = site("HISTORY_PATH", nil)  -- nil: none, the exported history alone
+local HISTORY_CHECK_S = 10
+local HISTORY_MAX_BYTES = 2097152  -- the daemon writes at most 5,000 users, ~0.9 MiB
+local HISTORY_MAX_USERS = 5000
+local hist = { checked = -HUGE, gen = nil }
+
+-- (users, number of entries skipped) from a loaded history file, or nil and why.
+local function check_history(data, nstate, model_until)
+    if type(data) ~= "table" or type(data.users) ~= "table" then return nil, "no users table" end
+    if data.nstate ~= nstate then
+        return nil, sformat("entries of %s numbers, the model's have %d", tostring(data.nstate), nstate)
+    end
+    local base = data.history_until
+    if type(model_until) == "number" and not (type(base) == "number" and base >= model_until) then
+        return nil, "based on history older than the model's"
+    end
+    local users, n, bad = {}, 0, 0
+    for name, s in pairs(data.users) do
+        local ok = type(name) == "string" and #name > 0 and #name <= 64 and not sfind(name, "[^%w._@$-]")
+            and type(s) == "table" and #s == nstate and n < HISTORY_MAX_USERS
+        for i = 1, ok and nstate or 0 do
+            local v = s[i]
+            if type(v) ~= "number" or v ~= v or v == HUGE or v == -HUGE then ok = false; break end
+        end
+        if ok then users[name], n = s, n + 1 else bad = bad + 1 end
+    end
+    return users, bad
+end
+
+local function read_history(now)
+    if now - hist.checked < HISTORY_CHECK_S then return end
+    hist.checked = now
+    local f = HISTORY_PATH and io.open(HISTORY_PATH, "r")
+    if not f then return end  -- none yet, or gone: the last good one stays
+    local head = f:read(SNAPSHOT_HEAD_BYTES) or ""
+    local gen, body = smatch(head, "^%-%- hetero%-history (%d+)[^\n]*\n()")
+    if gen and gen ~= hist.gen then
+        hist.gen = gen
+        local rest = f:read(HISTORY_MAX_BYTES + 1 - #head) or ""
+        local data, users, why
+        if #head + #rest > HISTORY_MAX_BYTES then
+            why = "larger than " .. HISTORY_MAX_BYTES .. " bytes"
+        else
+            data, why = load_data(ssub(head, body) .. rest, "history", HISTORY_MAX_BYTES)
+        end
+        if data ~= nil then users, why = check_history(data, MODEL.nstate, MODEL.history_until) end
+        if users == nil then
+            slurm.log_error("slurm-hetero: users' history %s rejected (%s): the last one applies",
+                HISTORY_PATH, shown(tostring(why)))
+        else
+            MODEL.set_overlay(users)
+            if why > 0 then
+                slurm.log_error("slurm-hetero: users' history %s: %d entr%s skipped", HISTORY_PATH, why,
+                    why == 1 and "y" or "ies")
+            end
+        end
+    end
+    f:close()
+end
+
 local LOG_HORIZON = SITE_FACTOR and log(1 + SITE_FACTOR.horizon_min)  -- once, not per job
 local function site_factor(p50_s)
     local short = 1 - log(1 + max(p50_s, 0) / 60) / LOG_HORIZON
@@ -847,6 +1035,7 @@ local function add_prediction(job_desc, set, now, job_partition, tres, record)
     local partition = first_partition(set.partition or job_partition) or DEFAULT_PARTITION
     local user_min = set.time_limit or job_desc.time_limit
     if user_min == nil or user_min >= NO_VAL or user_min == 0 then user_min = PARTITION_LIMITS[partition] end
+    if MODEL.nstate then read_history(now) end
     -- The job as it will be: our changes over the user's request, the limit it will get.
     local p50, p90
     if MODEL.predict_desc_as then
@@ -952,5 +1141,5 @@ end
 return {
     accel = accel_syntax, arch = arch_syntax, energy = name_syntax, tier = name_syntax,
     image = image_syntax, checkpoint = checkpoint_syntax, migratable = migratable_syntax,
-    check_snapshot = check_snapshot, load_snapshot = load_snapshot,
+    check_snapshot = check_snapshot, load_snapshot = load_snapshot, not_data = not_data,
 }

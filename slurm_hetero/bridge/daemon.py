@@ -12,7 +12,9 @@ Every round (a few seconds) it
    cannot start them to another pool of their request that can, and with
    `migration.running` requeues running --checkpoint --migratable jobs into a pool that
    frees up when that finishes them clearly sooner (bridge/migrate.py).
-5. where the site enables `power:`, lets the power keeper wake and put to sleep idle nodes
+5. about every HISTORY_EVERY_S, reads the jobs that ended since the last time and publishes
+   the users' fresh history for the bridge's model (bridge/history.py), when it has one;
+6. where the site enables `power:`, lets the power keeper wake and put to sleep idle nodes
    from the forecast, about once a minute (slurm_hetero/power/keeper.py), and append what it
    saw and did to StateSaveLocation/hetero-power-history.jsonl (power/history.py). Without
    `--forecast` it takes a forecast another process publishes beside the snapshot
@@ -33,6 +35,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from slurm_hetero.bridge.history import OnlineHistory
 from slurm_hetero.bridge.migrate import Move, Planner, Requeue, take
 from slurm_hetero.bridge.snapshot import Forecast, PoolCapacity, take_snapshot
 from slurm_hetero.errors import RuntimeFailure
@@ -67,6 +70,9 @@ class ExtendPolicy:
 
 
 FORECAST_EVERY_S = 60.0
+# A user's finished jobs reach the model within this (plus a round): one sacct of the jobs
+# that ended meanwhile, slurmdbd's work, not slurmctld's.
+HISTORY_EVERY_S = 20.0
 FACTOR_BATCH = 500  # job ids per scontrol command (a few KB of argv)
 # A user limit the bridge recorded beyond a year is not a limit anyone asked for.
 MAX_USER_LIMIT_MIN = 366 * 24 * 60
@@ -118,7 +124,7 @@ class BridgeDaemon:
     def __init__(self, site: Site, runner: Runner, snapshot: Path, every: float = 5.0,
                  factor: FactorPolicy | None = None, extend: ExtendPolicy | None = None,
                  log: Log = print, forecaster: Callable[[], Forecast] | None = None,
-                 power_history: Path | None = None):
+                 power_history: Path | None = None, online: OnlineHistory | None = None):
         self.site, self.runner, self.snapshot, self.every = site, runner, snapshot, every
         self.stretched = self.queue_stretched = False
         self.last_queue: list[QueuedJob] | None = None
@@ -141,6 +147,8 @@ class BridgeDaemon:
         history = PowerHistory(power_history or snapshot.parent / HISTORY_FILE)
         self.keeper = Keeper(site, runner, log=log, history=history) if site.power.enabled else None
         self.planner = Planner(site) if site.migration.pending else None
+        self.online = online
+        self.online_t = -math.inf
 
     def queue(self) -> list[QueuedJob]:
         """Every job (one `squeue --json`); malformed entries are logged and skipped."""
@@ -217,6 +225,15 @@ class BridgeDaemon:
         except Exception as e:  # a forecast is advice: the heartbeat goes on without it
             self.log(f"forecast skipped: {type(e).__name__}: {e}")
 
+    def refresh_history(self) -> None:
+        if self.online is None or time.monotonic() - self.online_t < HISTORY_EVERY_S:
+            return
+        self.online_t = time.monotonic()
+        try:
+            self.online.refresh()
+        except Exception as e:  # advice for predictions: the heartbeat goes on without it
+            self.log(f"history skipped: {type(e).__name__}: {e}")
+
     def move_pending(self, queue: list[QueuedJob], caps: dict[str, PoolCapacity]) -> list[Move]:
         """Apply this round's moves; a move Slurm refuses is logged and costs only itself."""
         if self.planner is None:
@@ -265,6 +282,7 @@ class BridgeDaemon:
         queue = self.last_queue or []
         self.refresh_forecast()
         caps = take_snapshot(self.site, self.runner, self.snapshot, queue, self.forecast)
+        self.refresh_history()
         if self.keeper is not None:
             self.keeper.round(self.forecast)  # throttles itself (once a minute), never raises
         if not full:

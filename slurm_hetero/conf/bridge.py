@@ -20,7 +20,7 @@ from slurm_hetero.site.tiers import tier_views
 BRIDGE_LUA = Path(__file__).resolve().parent.parent / "bridge" / "bridge.lua"
 # The tables job_submit.lua hands to bridge.lua, by name (see the top of bridge.lua).
 SITE_TABLES: tuple[str, ...] = (
-    "GRES_PREFIX", "SNAPSHOT_PATH", "SNAPSHOT_CHECK_S", "SNAPSHOT_STALE_S", "MODELS",
+    "GRES_PREFIX", "SNAPSHOT_PATH", "SNAPSHOT_CHECK_S", "SNAPSHOT_STALE_S", "HISTORY_PATH", "MODELS",
     "MODEL_GROUPS", "MODEL_ALIASES", "POOLS", "TIERS", "ENERGY", "GRES_PARTITIONS", "IMAGES",
     "IMAGE_TAGS", "GRES_STACKS", "MOUNT_ALLOW", "MOUNTS_VAR", "PREDICTED_LIMITS",
     "PARTITION_LIMITS", "DEFAULT_PARTITION", "MODEL_LUA", "MIGRATE", "TIER_NOTES",

@@ -66,3 +66,8 @@ class Profile:
     @property
     def snapshot_path(self) -> str:
         return f"{self.state_dir}/hetero-snapshot.lua"
+
+    @property
+    def history_path(self) -> str:
+        """The users' history the bridge daemon publishes beside the snapshot."""
+        return f"{self.state_dir}/hetero-history.lua"

@@ -137,6 +137,7 @@ def _context(site: Site, profile: Profile) -> dict[str, object]:
         "partition_limits": {p.name: m for p in site.partitions
                              if (m := slurm_minutes(p.default_time or p.max_time)) is not None},
         "snapshot_path": profile.snapshot_path,
+        "history_path": profile.history_path,
         "snapshot_check_s": profile.snapshot_check_s,
         "snapshot_stale_s": profile.snapshot_stale_s,
         "health_check_interval": (site.node_agent.restore_interval

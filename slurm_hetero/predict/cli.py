@@ -199,6 +199,7 @@ def export_cmd(model_file: Path, history: Path, source: str | None, until: int |
     """Compile MODEL and the users' history into one Lua 5.1 chunk for job_submit.lua."""
     from slurm_hetero.jobs import table as jobtable
     from slurm_hetero.predict import export_lua
+    from slurm_hetero.predict.tail import tail_path, write_tail
     from slurm_hetero.predict.train import Model
 
     m = Model.load(model_file)
@@ -206,5 +207,8 @@ def export_cmd(model_file: Path, history: Path, source: str | None, until: int |
     users, until = export_lua.users_state(df, until)
     text = export_lua.render(m, users, until)
     export_lua.write(text, output)
+    # Each user's last jobs beside it: the bridge daemon adds the jobs that end later.
+    write_tail(df, until, tail_path(output))
     _console().print(f"wrote {output}: {len(text) / 1e6:.2f} MB, {m.central.num_trees()} + "
-                     f"{m.upper.num_trees()} trees, {len(users):,} users with history")
+                     f"{m.upper.num_trees()} trees, {len(users):,} users with history; "
+                     f"their last jobs in {tail_path(output)}")

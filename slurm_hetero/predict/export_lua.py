@@ -143,19 +143,42 @@ def export_text(model: Model, history: pd.DataFrame, until: int | None = None,
 
 
 def render(model: Model, users: dict[str, list[float]], until: int, generated_at: int | None = None) -> str:
+    return _render(users, until, generated_at,
+                   # A Lua comment line: a source name (a file name) must not end it and start code.
+                   trained_on=" ".join((", ".join(model.info.get("sources", [])) or "unknown data").split()),
+                   quantile=lua_number(model.quantile), default_runtime=lua_number(model.default_runtime),
+                   upper_shift=lua_number(model.upper_shift),
+                   partitions=[(lua_string(p), c) for p, c in sorted(model.partitions.items())],
+                   central_code=compile_booster(model.central.dump_model(), "central"),
+                   upper_code=compile_booster(model.upper.dump_model(), "upper"))
+
+
+# EASY++'s predictor (Tsafrir, Etsion, Feitelson, 2007): the average of the user's last two
+# runtimes, one if there is one, else the user's own request; never above the request. That is
+# the trees' base (features.py l2c): with both scores 0 the model predicts exactly it.
+EASY_DEFAULT_RUNTIME = 3600.0  # neither history nor request: an hour
+
+
+def _zero(name: str) -> str:
+    return f"local function {name}(...)\n    return 0\nend"
+
+
+def export_easy(history: pd.DataFrame, until: int | None = None, generated_at: int | None = None) -> str:
+    """The EASY++ reference as a model chunk the bridge loads like a trained one (same
+    history, same online overlay), for the replay's `easy++` arm."""
+    users, until = users_state(history, until)
+    return _render(users, until, generated_at, trained_on="EASY++ (last-two average, no trees)",
+                   quantile=lua_number(0.5), default_runtime=lua_number(EASY_DEFAULT_RUNTIME),
+                   upper_shift=lua_number(0.0), partitions=[],
+                   central_code=_zero("central"), upper_code=_zero("upper"))
+
+
+def _render(users: dict[str, list[float]], until: int, generated_at: int | None, **parts: Any) -> str:
     return environment().get_template(TEMPLATE).render(
         generated_at=int(generated_at if generated_at is not None else time.time()),
-        # A Lua comment line: a source name (a file name) must not end it and start code.
-        trained_on=" ".join((", ".join(model.info.get("sources", [])) or "unknown data").split()),
         n_users=len(users), history_until=until,
-        quantile=lua_number(model.quantile), default_runtime=lua_number(model.default_runtime),
-        upper_shift=lua_number(model.upper_shift),
-        partitions=[(lua_string(p), c) for p, c in sorted(model.partitions.items())],
         accel_gres=ACCEL_GRES, features=F.FEATURES, state=F.STATE, no_state=_no_state(),
-        central_code=compile_booster(model.central.dump_model(), "central"),
-        upper_code=compile_booster(model.upper.dump_model(), "upper"),
-        users_code=_users_code(users),
-    )
+        users_code=_users_code(users), **parts)
 
 
 def write(text: str, path: Path) -> None:

@@ -10,6 +10,7 @@ where `_replay_cluster(workdir)` returns `devcluster.replay.DevReplayCluster(wor
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -115,7 +116,7 @@ def replay_group(factory: Callable[[Path], Any]) -> click.Group:
         """Replay a window of TRACE on a fresh cluster per arm; print and save the figures."""
         from slurm_hetero.replay import report
         from slurm_hetero.replay.run import check_fidelity as run_fidelity
-        from slurm_hetero.replay.run import parse_arms, run_arm, train_model
+        from slurm_hetero.replay.run import easy_model, parse_arms, run_arm, train_model
         from slurm_hetero.replay.trace import read_trace_counted, resolve_start, select_for
         from slurm_hetero.replay.window import Window, check_speed
         from slurm_hetero.site import load_site
@@ -146,11 +147,15 @@ def replay_group(factory: Callable[[Path], Any]) -> click.Group:
                        fidelity_hours if check_fidelity else None, len(arm_list), say)
             return
         model_path: Path | None = None
-        if any(a.model for a in arm_list) and model != "none":
+        if any(a.model and a.predictor == "model" for a in arm_list) and model != "none":
             model_path = (train_model(df, window, out / "predict.lua", say, users) if model == "auto"
                           else Path(model))
         if model == "none":
-            arm_list = [a if not a.model else type(a)(a.name, a.bridge, False) for a in arm_list]
+            arm_list = [dataclasses.replace(a, model=False) if a.model and a.predictor == "model" else a
+                        for a in arm_list]
+        predictors = {"model": model_path,
+                      "easy++": easy_model(df, window, out / "easy.lua", users)
+                      if any(a.predictor == "easy++" for a in arm_list) else None}
         say(f"window {window.start}..{window.end} (+{window.warmup_hours:g} h warm-up): "
             f"{len(sel.jobs)} jobs, {len(sel.accounts)} users; x{speed:g}")
         fid = None
@@ -159,8 +164,8 @@ def replay_group(factory: Callable[[Path], Any]) -> click.Group:
             fsel = select_for(df, short, site)
             fid, _, _ = run_fidelity(clusters, work / "fidelity", site, fsel, short, arm_list[0], speed,
                                      model_path, say, drain_hours, users, out)
-        results = [run_arm(clusters, work / a.name, site, sel, window, a, speed, model_path, say, drain_hours,
-                           users=users, save=out / f"arm-{a.name}.json") for a in arm_list]
+        results = [run_arm(clusters, work / a.name, site, sel, window, a, speed, predictors[a.predictor], say,
+                           drain_hours, users=users, save=out / f"arm-{a.name}.json") for a in arm_list]
         meta = {"trace": str(trace), "site": str(site_path), "speed": speed, "users": users,
                 "model": str(model_path or "")}
         from slurm_hetero.replay.merge import site_digest

@@ -70,6 +70,8 @@ class Arm:
     # The model's limits in backfill (partitions with predicted_limits) as the site says; off:
     # the model only orders the queue (SiteFactor), every job keeps its user's limit.
     predicted_limits: bool = True
+    # What predicts: "model" (the trained one) or "easy++" (the last-two average, no trees).
+    predictor: str = "model"
 
 
 ARMS = {
@@ -78,6 +80,9 @@ ARMS = {
     "bridge-nomodel": Arm("bridge-nomodel", bridge=True, model=False),
     # The model's priorities without its limits: which of the two a bridge arm's change is.
     "bridge-nolimits": Arm("bridge-nolimits", bridge=True, model=True, predicted_limits=False),
+    # The classic reference on the same Slurm: EASY++'s predictions as the limits backfill
+    # plans with (extended by the daemon as it extends the model's), shortest predicted first.
+    "easy++": Arm("easy++", bridge=True, model=True, predictor="easy++"),
     # bridge-nomodel with pending-job migration (issue 16): compare it with bridge-nomodel
     "bridge-migrate": Arm("bridge-migrate", bridge=True, model=False, migrate=True),
     # With work bodies (a job on a faster pool ends sooner; a requeued one resumes): without
@@ -380,26 +385,49 @@ def run_arm(factory: ClusterFactory, workdir: Path, site: Site, sel: Selection, 
     return result
 
 
-def train_model(trace: pd.DataFrame, window: Window, out: Path, say: Say | None = None,
-                users: str = "root") -> Path:
-    """A runtime model trained only on jobs that ended before the replay's first
-    submission, with the users' history as of then, exported for job_submit.lua; with
-    `users="local"` its history is kept under the local users' names jobs carry."""
+def _history_before(trace: pd.DataFrame, window: Window, users: str) -> pd.DataFrame:
+    """The trace's jobs that ended before the replay's first submission; with
+    `users="local"` under the local users' names the replayed jobs carry."""
     from slurm_hetero.jobs import table
-    from slurm_hetero.predict import export_lua
-    from slurm_hetero.predict.train import train
 
     before = trace[(trace["end"] >= 0) & (trace["end"] < window.first)].copy()
     if users == "local":
         before["user"] = [account_for(str(u)) for u in table.labels(before["user"])]
+    return before
+
+
+def train_model(trace: pd.DataFrame, window: Window, out: Path, say: Say | None = None,
+                users: str = "root") -> Path:
+    """A runtime model trained only on jobs that ended before the replay's first
+    submission, with the users' history as of then, exported for job_submit.lua (its tail
+    beside it: the daemon's online history goes on from there)."""
+    from slurm_hetero.predict import export_lua
+    from slurm_hetero.predict.train import train
+
+    before = _history_before(trace, window, users)
     if say:
         say(f"training the runtime model on {len(before)} jobs that ended before the window")
     try:
         model = train(before, until=window.first)
     except InputError as e:
         raise InputError(f"--model auto: {e} before the window; start it later or give --model none") from e
-    text = export_lua.export_text(model, before, until=window.first)
+    return _export(export_lua.export_text(model, before, until=window.first), before, window, out)
+
+
+def easy_model(trace: pd.DataFrame, window: Window, out: Path, users: str = "root") -> Path:
+    """The EASY++ reference predictor (export_lua.export_easy) with the same history."""
+    from slurm_hetero.predict import export_lua
+
+    before = _history_before(trace, window, users)
+    return _export(export_lua.export_easy(before, until=window.first), before, window, out)
+
+
+def _export(text: str, before: pd.DataFrame, window: Window, out: Path) -> Path:
+    from slurm_hetero.predict import export_lua
+    from slurm_hetero.predict.tail import tail_path, write_tail
+
     export_lua.write(text, out)
+    write_tail(before, window.first, tail_path(out))
     return out
 
 

@@ -6,16 +6,18 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
+from slurm_hetero.bridge.history import HISTORY_FILE
 from slurm_hetero.devcluster import Cluster
 from slurm_hetero.devcluster.procs import wait_until
 from slurm_hetero.site import Site
 from slurm_hetero.slurm.comment import parse_comment
 from slurm_hetero.slurm.jobs import sacct_jobs, submit, wait_done
 from slurm_hetero.slurm.parse import parse_duration_s, parse_kv_record
-from tests.predict_fixture import export_model
+from tests.predict_fixture import export_model, history
 
 pytestmark = pytest.mark.integration
 
@@ -116,3 +118,41 @@ def test_demo_cpu_jobs_record_predictions(predicting: Cluster) -> None:
     row = sacct_jobs(predicting.runner, [jid], ["JobID", "AdminComment", "End", "Partition"],
                      require=["AdminComment"])[jid]
     assert parse_comment(row["AdminComment"])["pred"]["p50"] >= 1
+
+
+def _p50(c: Cluster) -> int:
+    """The bridge's central prediction for a held 10-minute job of root's (then cancelled)."""
+    jid = submit(c.runner, ["-H", "-t", "10", "-J", "probe", "-o", "/dev/null"], "true")
+    c.runner.run(["scancel", str(jid)])
+    return int(parse_comment(job(c, jid)["AdminComment"])["pred"]["p50"])
+
+
+def test_a_users_burst_of_short_jobs_reaches_the_model_within_a_round(
+        cluster: Cluster, demo_site: Site, tmp_path: Path) -> None:
+    """Exported, root's jobs ran about 4 minutes; now they run a second. Once two of them
+    have ended, the daemon's history file carries that and the bridge predicts from it."""
+    table = history()
+    root = table["user"] == "root"
+    table.loc[root, "runtime_s"] = 240 + (table.loc[root, "runtime_s"] % 20)
+    table.loc[root, "end"] = table.loc[root, "start"] + table.loc[root, "runtime_s"]
+    model = export_model(tmp_path / "predict.lua", table)
+    cluster.load_model(demo_site, model)
+    cluster.stop_bridge()
+    cluster.start_bridge(demo_site, margin=MARGIN)
+    try:
+        first = [_p50(cluster) for _ in range(2)]
+        assert wait_until(lambda: _p50(cluster) == first[0], 15)  # slurmctld reads the new bridge
+        before = _p50(cluster)
+        assert before >= 120, before
+        short = [submit(cluster.runner, ["-t", "10", "-J", "burst", "-o", "/dev/null"], "true") for _ in range(3)]
+        wait_done(cluster.runner, short, timeout=60)
+        published = cluster.state / HISTORY_FILE
+        # The daemon reads the ends within HISTORY_EVERY_S (20 s), the bridge looks every 10 s.
+        assert wait_until(lambda: published.is_file() and '["root"]' in published.read_text(), 45)
+        after: list[int] = []
+        assert wait_until(lambda: after.append(_p50(cluster)) or after[-1] < before / 4, 30), (before, after)
+        assert "history skipped" not in (cluster.log / "bridge.log").read_text()
+    finally:
+        cluster.load_model(demo_site, None)
+        cluster.stop_bridge()
+        cluster.start_bridge(demo_site)

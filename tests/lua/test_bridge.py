@@ -325,7 +325,9 @@ def test_generated_script_has_no_shell_and_no_other_io(site: Site) -> None:
                  "require", "dofile", "loadfile", "io.lines", "io.write", "io.read", "io.output",
                  "io.input", "package."):
         assert word not in code, word
-    assert code.count("io.open(") == 1 and "io.open(SNAPSHOT_PATH, \"r\")" in code
+    # The two data files the bridge daemon writes, read-only.
+    assert code.count("io.open(") == 2 and "io.open(SNAPSHOT_PATH, \"r\")" in code
+    assert "io.open(HISTORY_PATH, \"r\")" in code
 
 
 def test_gres_spelling_follows_slurm_version(site: Site) -> None:

@@ -287,3 +287,39 @@ def test_a_source_name_cannot_end_the_comment_line(lua: Any, model: Model, table
     text = export_lua.export_text(hostile, table)
     assert "\nerror('ran')" not in text
     assert lua.execute(SANDBOX, text) is not None  # loads, and nothing of the name ran
+
+
+# ---- the EASY++ reference: the same chunk, no trees --------------------------------------
+
+def _crafted() -> pd.DataFrame:
+    """ann ran 100 s then 300 s (asking 10 min); bob one job of 50 s; cyd none."""
+    rows = [("ann", 1000, 1010, 100, 600), ("ann", 2000, 2010, 300, 600), ("bob", 1500, 1500, 50, 600),
+            ("dee", 100, 100, 40, 600), ("dee", 200, 200, 20, 600), ("dee", 300, 300, 9000, 600)]
+    return pd.DataFrame({"source": "t", "job_id": [str(i) for i in range(len(rows))],
+                         "user": [r[0] for r in rows], "submit": [float(r[1]) for r in rows],
+                         "start": [float(r[2]) for r in rows], "end": [float(r[2] + r[3]) for r in rows],
+                         "runtime_s": [float(r[3]) for r in rows], "req_time_s": [float(r[4]) for r in rows],
+                         "req_cpus": 1.0, "req_accel": 0.0, "partition": "cpu", "state": "COMPLETED"})
+
+
+@pytest.mark.parametrize("user, limit_s, expected", [
+    ("ann", 3600, 200.0),  # the average of the last two runtimes
+    ("ann", 120, 120.0),  # never above the job's own request
+    ("bob", 3600, 50.0),  # one job: its runtime
+    ("cyd", 900, 900.0),  # none: the user's request
+    ("cyd", None, export_lua.EASY_DEFAULT_RUNTIME),  # none and no request
+    ("dee", 3600, 3600.0),  # last two (20, 9000): 4510, capped at the request
+])
+def test_easy_predicts_the_last_two_average(lua: Any, user: str, limit_s: float | None, expected: float) -> None:
+    m = lua.execute(SANDBOX, export_lua.export_easy(_crafted(), generated_at=1))
+    job = lua.table_from({"user": user, "cpus": 1, "accel": 0, "partition": "cpu", "submit": 50_000,
+                          **({"time_limit_s": limit_s} if limit_s else {})})
+    assert tuple(m.predict(job)) == (expected, expected)
+
+
+def test_easy_reads_the_online_history_first(lua: Any) -> None:
+    m = lua.execute(SANDBOX, export_lua.export_easy(_crafted(), generated_at=1))
+    fresh = [2.0, 15.0, 17.0, 100.0] + [-1.0] * (len(F.STATE) - 4)  # n, r1, r2, r3, ...
+    m.set_overlay(lua.table_from({"ann": lua.table_from(fresh)}))
+    job = lua.table_from({"user": "ann", "time_limit_s": 600, "cpus": 1, "partition": "cpu", "submit": 9e4})
+    assert tuple(m.predict(job)) == (16.0, 16.0)

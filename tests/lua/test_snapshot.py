@@ -11,10 +11,12 @@ from typing import Any
 import pytest
 
 from slurm_hetero.bridge.luarun import JobSubmit
-from slurm_hetero.bridge.snapshot import PoolCapacity, to_lua
+from slurm_hetero.bridge.snapshot import PoolCapacity, build_snapshot, to_lua
 from slurm_hetero.conf import Profile, render_site
+from slurm_hetero.conf.bridge import bridge_source
 from slurm_hetero.site import Site, load_site
 from slurm_hetero.site.pools import pools
+from slurm_hetero.slurm.squeue import parse_squeue_json
 
 DEMO = Path(__file__).resolve().parents[2] / "site" / "demo" / "site.yaml"
 # A runtime model that always predicts 60 s (p50) and 120 s (p90).
@@ -199,8 +201,9 @@ def test_bridge_lua_alone_checks_a_snapshot() -> None:
     assert checked.generated_at == 5 and list(checked.pools) == ["m1@x86_64"]
     assert list(bad.values()) == ["m2@x86_64 (free_max_node is nil)"]
     assert hetero.module.load_snapshot("return 42") == (None, "not a table with pools")
+    assert hetero.module.load_snapshot("return nil") == (None, "not a table with pools")
     got, why = hetero.module.load_snapshot("for i = 1, 1e9 do end return {}")
-    assert got is None and why == "runs too long"
+    assert got is None and why == "not data: 'for' at byte 1 is not a field name"
 
 
 def test_bridge_lua_alone_decides_with_a_snapshot(tmp_path: Path) -> None:
@@ -211,3 +214,196 @@ def test_bridge_lua_alone_decides_with_a_snapshot(tmp_path: Path) -> None:
     hetero.now += 2
     rc, desc = hetero.submit({"accel": "any:2"})
     assert (rc, desc["tres_per_node"], decision(desc)["why"]) == (0, "gres:gpu:m2:2", "starts-now")
+
+
+# ---- memory: the snapshot is data only, and its size is capped ---------------------------
+# The instruction cap bounds time, not memory: one string.rep or a few concatenations
+# allocate hundreds of MiB. Memory is measured with the collector stopped, so everything the
+# attempt allocated is still counted afterwards.
+
+SNAPSHOT_MAX_BYTES = int(re.search(r"^local SNAPSHOT_MAX_BYTES = (\d+)$", bridge_source(), re.M)[1])
+MEASURE = """function(f, ...)
+    collectgarbage("collect"); collectgarbage("stop")
+    local before = collectgarbage("count")
+    local got, why = f(...)
+    local used = collectgarbage("count") - before
+    collectgarbage("restart"); collectgarbage("collect")
+    return used / 1024, got, why
+end"""
+VALID = "return { generated_at = 1000000, pools = {} }\n"
+ATTACKS = {
+    "rep method": "x = ('x'):rep(2^28)\n" + VALID,
+    "rep in the return": "return { generated_at = 1000000, pools = {}, x = ('x'):rep(2^28) }",
+    "concat doublings": "x = 'xxxxxxxx'\n" + "x = x .. x\n" * 28 + VALID,
+    "concat loop": "local x = 'x' for i = 1, 28 do x = x .. x end\n" + VALID,
+    "literal concat": "x = 'xxxxxxxxxxxxxxxx' .. 'xxxxxxxxxxxxxxxx'\n" + VALID,
+    "string.rep alias": "local r = string.rep\nx = r('x', 2^28)\n" + VALID,
+    "rep through a string value": "s = 'x'\nr = s.rep\nx = r(s, 268435456)\n" + VALID,
+    "string-call method": "s = 'x'\nx = s:rep'268435456'\n" + VALID,
+    "string-call function": "f = {}\nx = f.rep'x'\n" + VALID,
+    "table-call": "f = {}\nx = f{}\n" + VALID,
+    "long-string call": "s = 'x'\nx = s.rep[[x]]\n" + VALID,
+    "name read": "s = 'x'\nt = { s, s }\n" + VALID,
+    "index read": "t = {}\nt.x = 1\n" + VALID,
+    "recursion": "function f(n) return f(n) end\n" + VALID,
+    "loop": "while true do end\n" + VALID,
+    "repeat": "repeat until false\n" + VALID,
+    "vararg": "return { generated_at = 1000000, pools = {}, ... }",
+    "length": "return { generated_at = #'xx', pools = {} }",
+    "comment closed early": "--[[ ]] x = ('x'):rep(2^28) --]]\n" + VALID,
+    "level-2 comment closed early": "--[==[ ]==] x = ('x'):rep(2^28) ]]\n" + VALID,
+    "nested long string": "x = [[ a [[ b ]] ('x'):rep(2^28) ]]\n" + VALID,
+    "escaped quote": "x = 'a\\\\' .. ('x'):rep(2^28) .. 'b'\n" + VALID,
+    "raw newline in a string": "x = 'a\n(1)'\n" + VALID,
+    "precompiled": "\x1bLuaQ\x00\x01\x04\x08\x04\x08\x00",
+    "not ASCII": "x\u00e9 = 1\n" + VALID,
+}
+
+
+def measure(js: JobSubmit, f: Any, *args: Any) -> tuple[float, Any, Any]:
+    used, got, why = js.lua.eval(MEASURE)(f, *args)
+    return float(used), got, why
+
+
+def test_the_measure_sees_an_allocation() -> None:
+    js = JobSubmit.bridge(TABLES)
+    used, _, _ = measure(js, js.lua.eval("function(s) return loadstring(s)() end"),
+                         "return ('x'):rep(2^22)")
+    assert used >= 4
+
+
+@pytest.mark.parametrize("chunk", ATTACKS.values(), ids=list(ATTACKS))
+def test_code_in_a_snapshot_is_refused_before_it_runs(chunk: str) -> None:
+    js = JobSubmit.bridge(TABLES)
+    used, got, why = measure(js, js.module.load_snapshot, chunk)
+    assert got is None and why.startswith("not data: "), why
+    assert used < 0.1, used
+
+
+def test_a_file_over_the_cap_is_not_read_whole(js: JobSubmit, site: Site) -> None:
+    write(js, snapshot_text(site, js.now) + " " * (8 << 20))
+    js.lua.execute('collectgarbage("collect"); collectgarbage("stop"); HETERO_KB = collectgarbage("count")')
+    rc, desc = js.submit({"accel": "any:2"})
+    used = js.lua.eval('(collectgarbage("count") - HETERO_KB) / 1024')
+    js.lua.execute('collectgarbage("restart")')
+    assert rc == 0 and decision(desc)["why"] == "static" and used < 4, used
+    assert js.logs == [("info", f"slurm-hetero: capacity snapshot unreadable ({js.state}/hetero-snapshot.lua: "  # type: ignore[attr-defined]
+                                f"larger than {SNAPSHOT_MAX_BYTES} bytes): static order applies")]
+
+
+def test_a_huge_first_line_is_not_read_whole(js: JobSubmit, site: Site) -> None:
+    write(js, "-- hetero-snapshot 1" + "0" * (8 << 20) + "\n" + snapshot_text(site, js.now))
+    js.lua.execute('collectgarbage("collect"); collectgarbage("stop"); HETERO_KB = collectgarbage("count")')
+    rc, desc = js.submit({"accel": "any:2"})
+    used = js.lua.eval('(collectgarbage("count") - HETERO_KB) / 1024')
+    js.lua.execute('collectgarbage("restart")')
+    assert rc == 0 and decision(desc)["why"] == "static" and used < 0.5, used
+    assert "no generation line" in js.logs[0][1]
+
+
+def test_a_string_over_the_cap_is_refused_unscanned() -> None:
+    js = JobSubmit.bridge(TABLES)
+    text = VALID + " " * SNAPSHOT_MAX_BYTES
+    assert js.module.load_snapshot(text) == (None, f"larger than {SNAPSHOT_MAX_BYTES} bytes")
+    assert js.module.load_snapshot(text[:SNAPSHOT_MAX_BYTES])[0] is not None
+
+
+def test_a_rejected_file_keeps_the_last_good_snapshot(js: JobSubmit, site: Site) -> None:
+    write(js, snapshot_text(site, js.now, busy=("v100@x86_64",)))
+    assert decision(js.submit({"accel": "any:2"})[1])["why"] == "starts-now"
+    head = snapshot_text(site, js.now).split("\n", 1)[0]
+    write(js, head + "\n" + ATTACKS["string-call method"])
+    js.now += 10
+    rc, desc = js.submit({"accel": "any:2"})
+    d = decision(desc)
+    assert rc == 0 and d["why"] == "starts-now" and d["snapshot_age"] == 10
+    assert errors(js) == [f"slurm-hetero: capacity snapshot {js.state}/hetero-snapshot.lua rejected "  # type: ignore[attr-defined]
+                          "(not data: 's' at byte 13 is not a field name): the previous one applies until stale"]
+    js.now += 21  # the last good one grows stale as usual
+    assert decision(js.submit({"accel": "any:2"})[1])["why"] == "static"
+    assert len(errors(js)) == 1 and js.logs[-1] == ("info", "slurm-hetero: capacity snapshot stale: static order applies")
+
+
+# Strings and comments are data: what not_data refuses in code, they may hold.
+DATA = [
+    "-- a comment: ('x'):rep(2^28) .. function() end #x a.b\n" + VALID,
+    "--[[ (\n) : .. ]] --[==[ ]] ]=] ]==]\n" + VALID,
+    "--[==x line comment with ( and ..\n" + VALID,
+    "return { generated_at = 1000000, pools = {}, note = \"f(x) .. s:rep'9' \\\" ( --\" }",
+    "return { generated_at = 1000000, pools = {}, note = 'it\\'s (x) \\\\', n2 = '\\65\\066\\0' }",
+    "return { generated_at = 1000000, pools = {}, note = \"a\\\nb\" }",  # an escaped newline
+    "return { generated_at = 1000000, pools = {}, n = [==[ ( ]] ]=] .. ]==], m = [[\n(x)]] }",
+    "return { generated_at = 1e6, pools = { }, a = -2.5e-3, b = 0x1F, c = .5, d = 1E+5, e = 3.,"
+    " f = true, g = false, h = nil, [1] = -1, [\"k\"] = 2; 'list' }",
+    "x = 1 y = { 1, 2 }\nreturn { generated_at = 2000000 / 2, pools = {} }",
+]
+
+
+@pytest.mark.parametrize("chunk", DATA)
+def test_strings_and_comments_may_hold_anything(chunk: str) -> None:
+    js = JobSubmit.bridge(TABLES)
+    assert js.module.not_data(chunk) is None
+    got, why = js.module.load_snapshot(chunk)
+    assert got is not None and got.generated_at == 1000000, why
+
+
+@pytest.mark.parametrize(("chunk", "why"), [
+    ("return x", "'x' at byte 8 is not a field name"),
+    ("return {a = b}", "'b' at byte 13 is not a field name"),
+    ("x == 1", "'x' at byte 1 is not a field name"),
+    ("x, y = 1, 2", "'x' at byte 1 is not a field name"),
+    ("x --c\n= 1", "'x' at byte 1 is not a field name"),
+    ("return 1 and 2", "'and' at byte 10 is not a field name"),
+    ("return 1 .. 2", "byte 10 ('.') outside a string"),
+    ("return 1 < 2", "byte 10 ('<') outside a string"),
+    ("return {}\f", "byte 10 (code 12) outside a string"),
+    ("return [=x", "a bad long bracket at byte 8"),
+    ("return [[a [[b]] c]]", "[[ inside [[...]] at byte 8"),
+    ("return [==[a]=]", "an unfinished long bracket at byte 8"),
+    ("--[[ open", "an unfinished long bracket at byte 1"),
+    ('return "open', "an unfinished string at byte 8"),
+    ('return "a\\', "an unfinished string at byte 8"),
+    ('return "a\\\r\nb"', "an unfinished string at byte 8"),  # Lua takes it; refusing is safe
+])
+def test_not_data_says_why(chunk: str, why: str) -> None:
+    assert JobSubmit.bridge(TABLES).module.not_data(chunk) == why
+
+
+def test_the_daemons_snapshot_round_trips(site: Site, tmp_path: Path) -> None:
+    """What snapshot.py writes (captured sinfo and queue, a forecast, negative values too)."""
+    captured = DEMO.parents[2] / "tests" / "data" / "captured"
+    jobs, _ = parse_squeue_json((captured / "squeue-json-24.11.json").read_text())
+    caps = build_snapshot(site, (captured / "sinfo-snapshot-24.11.txt").read_text(), jobs)
+    fc = {k: {5: 1.5, 15: -0.25, 60: 1e9} for k in caps}
+    js = JobSubmit(render_site(site, Profile(state_dir=str(tmp_path)))["job_submit.lua"])
+    text = to_lua(caps, js.now, fc)
+    (tmp_path / "hetero-snapshot.lua").write_text(text)
+    rc, desc = js.submit({"accel": "any:1"})
+    assert rc == 0 and decision(desc)["snapshot_age"] == 0 and js.logs == [
+        ("info", "slurm-hetero: capacity snapshot fresh")]
+    hetero = JobSubmit.bridge(TABLES)
+    used, got, bad = measure(hetero, hetero.module.load_snapshot, text.split("\n", 1)[1])
+    assert got is not None and list(bad.values()) == [] and used < 1
+    assert {k: (p.total, p.free, p.free_max_node, p.pending) for k, p in got.pools.items()} == {
+        k: (c.total, c.free, c.free_max_node, c.pending) for k, c in caps.items()}
+
+
+def test_the_largest_site_fits_under_the_cap() -> None:
+    """256 added models and the catalog, 64-character ids, 10-digit counts, a forecast."""
+    big = 2**31 - 1
+    caps = {f"{i:03d}{'x' * 61}@{a}": PoolCapacity(big, big, big, big)
+            for i in range(256 + 24) for a in ("x86_64", "aarch64")}
+    text = to_lua(caps, 1.7e9, {k: {5: 1e9, 15: 1e9, 60: 1e9} for k in caps})
+    assert len(text) < SNAPSHOT_MAX_BYTES / 2
+    hetero = JobSubmit.bridge(TABLES)
+    got, bad = hetero.module.load_snapshot(text.split("\n", 1)[1])
+    assert got is not None and len(list(got.pools)) == len(caps), bad
+
+
+def test_a_data_only_file_at_the_cap_stays_bounded() -> None:
+    """The worst data-only chunk measured: a table per 2 bytes, each in another table."""
+    js = JobSubmit.bridge(TABLES)
+    n = (SNAPSHOT_MAX_BYTES - len(VALID) - 20) // 7
+    chunk = "x = {" + "{{{}}}," * n + "}\n" + VALID
+    used, got, why = measure(js, js.module.load_snapshot, chunk)
+    assert got is not None and used < 24, (used, why)
