@@ -1,12 +1,15 @@
 # slurm-hetero: `make demo` and `make test` do all set-up on a fresh Debian machine (as root).
 SHELL := /bin/bash
+# PY builds .venv (the CLI and root's daemons). What runs as a job's user (TaskProlog,
+# container wrapper) runs under Debian's /usr/bin/python3 instead: a PY under a private
+# folder (pyenv in a 0700 /root) is not runnable by users.
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 # Debian packages the project needs (Slurm 22.05 on Debian 12, 24.11 on Debian 13).
 DEB_PKGS := slurm-wlm slurmd slurmctld slurmdbd slurm-client munge mariadb-server \
 	libslurm-dev slurm-wlm-basic-plugins-dev runc busybox-static gcc make lua5.1 \
-	chromium prometheus faketime
+	chromium prometheus faketime python3 python3-venv
 
 .PHONY: all deps venv spank demo test lint unit integration fuzz clean golden bench test-24.11
 

@@ -20,10 +20,27 @@ from slurm_hetero.conf.contract import (
 )
 from slurm_hetero.conf.devices import device_files
 from slurm_hetero.conf.profile import Profile
+from slurm_hetero.conf.slurmconf import slurm_view
 from slurm_hetero.site.images import Image
 from slurm_hetero.site.model import NodeGroup, Site
 
 TASKPROLOG = "hetero-taskprolog"
+# oci.conf expands %U (the job's uid, as in /run/user/%U) from Slurm 23.02 on; 22.05's
+# slurmstepd dies on it ("unexpected replacement character: U") and the job hangs. It runs
+# every oci.conf command with /bin/sh -c as the job's user: there the shell asks for it.
+UID_PATTERN_SINCE = (23, 2)
+SHELL_UID = "$(/usr/bin/id -u)"
+
+
+def runc_root(profile: Profile, version: tuple[int, int]) -> str:
+    """runc's state folder as oci.conf spells it for this Slurm release (per user: %U).
+
+    >>> runc_root(Profile(runc_root="/run/user/%U/slurm-hetero-runc"), (22, 5))
+    '/run/user/$(/usr/bin/id -u)/slurm-hetero-runc'
+    >>> runc_root(Profile(runc_root="/run/user/%U/slurm-hetero-runc"), (24, 11))
+    '/run/user/%U/slurm-hetero-runc'
+    """
+    return profile.runc_root if version >= UID_PATTERN_SINCE else profile.runc_root.replace("%U", SHELL_UID)
 
 
 def images_root(site: Site, profile: Profile) -> str:
@@ -121,6 +138,7 @@ def container_context(site: Site, profile: Profile) -> dict[str, object]:
         "containers_doc": doc_path,
         "container_launcher": launcher,
         "container_id": "%n.%j.%s.%t",  # unique per node, job, step and task
+        "runc_root": runc_root(profile, slurm_view(site, profile).version),
         "taskprolog": f"{profile.conf_dir}/{TASKPROLOG}" if gres_env(site) else None,
         "taskprolog_gres": gres_env(site),
         "control_devices": CONTROL_DEVICES,

@@ -6,8 +6,14 @@ Layout of a workdir:
     db/      this cluster's own MariaDB (datadir, socket, pid): root-only (0700); it
              listens on no TCP port, and its root account is root's alone (unix_socket)
     dev/     emulated accelerator device files, one folder per node
+    lib/     the slurm_hetero package and the SPANK plugin, installed for the node side
+    run/user/UID/  each user's runtime folder (logind's /run/user/UID): runc's state
     log/ run/ state/ spool/
     cluster.json   ports and site path of the running cluster
+
+Jobs of other users than root run here too: the workdir, etc/, lib/, run/, spool/ and dev/
+are theirs to read and search, root's alone to change; db/, the munge key and
+slurmdbd.conf stay root's alone.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import pwd
 import re
 import shlex
 import shutil
@@ -22,12 +29,14 @@ import socket
 import stat
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypedDict
 
+from slurm_hetero.bridge.history import HISTORY_FILE
 from slurm_hetero.conf.containers import emulated_paths
 from slurm_hetero.conf.render import (
     COUNTERLESS_STACKS,
@@ -41,8 +50,10 @@ from slurm_hetero.conf.render import (
 from slurm_hetero.containers.bundle import write_stubs
 from slurm_hetero.devcluster import clock as fakeclock
 from slurm_hetero.devcluster import procs
+from slurm_hetero.devcluster.access import ensure_system_user, node_python, unreachable_part
 from slurm_hetero.energy.fake import FakeDevices
 from slurm_hetero.errors import InputError, RuntimeFailure
+from slurm_hetero.predict.tail import tail_path
 from slurm_hetero.site.model import Site
 from slurm_hetero.slurm.commands import (
     cancel_user_argv,
@@ -58,6 +69,10 @@ from slurm_hetero.slurm.runner import Runner
 # Slurm's config parser cannot quote paths: keep the workdir to these characters.
 _SAFE_PATH = re.compile(r"^[A-Za-z0-9._/+-]+$")
 ACCOUNT = "hetero"
+PACKAGE = Path(__file__).resolve().parents[1]  # the slurm_hetero package lib/ installs
+# runc's state, in each user's runtime folder as Slurm's oci.conf examples have it
+# (/run/user/%U): %U is the job's uid.
+RUNC_STATE = "slurm-hetero-runc"
 SUPERVISOR_MODULE = "slurm_hetero.devcluster.supervise"
 
 
@@ -67,7 +82,11 @@ def _sql_quote(text: str) -> str:
 
 
 def default_workdir(site_name: str = "demo") -> Path:
-    base = os.environ.get("SLURM_HETERO_HOME") or os.path.expanduser("~/.local/state/slurm-hetero")
+    """$SLURM_HETERO_HOME/SITE; else root's clusters (root runs them) live in
+    /var/lib/slurm-hetero/SITE, where other users' jobs reach them (root's home is private),
+    anyone else's in ~/.local/state/slurm-hetero/SITE."""
+    base = os.environ.get("SLURM_HETERO_HOME") or (
+        "/var/lib/slurm-hetero" if os.getuid() == 0 else os.path.expanduser("~/.local/state/slurm-hetero"))
     return Path(base) / site_name
 
 
@@ -155,6 +174,7 @@ class Cluster:
                              "allowed characters are letters, digits and . _ / + -")
         self.etc, self.log, self.run, self.state = w / "etc", w / "log", w / "run", w / "state"
         self.spool, self.dev, self.munge, self.db = w / "spool", w / "dev", w / "munge", w / "db"
+        self.lib = w / "lib"  # the node side's code (`_install_lib`)
         self.conf = self.etc / "slurm.conf"
         self.agent_dir = w / "agent"  # the node agent's state and log
         # For a site with node_agent.shared_spool: every node's figures, one writer per job.
@@ -265,6 +285,7 @@ class Cluster:
         t0 = time.monotonic()
         if self.is_up() and self.info().get("site") == site.name:
             say(f"cluster {site.name} already up in {self.workdir}")
+            self._install_lib(say)  # this checkout's node-side code, as a fresh `up` would
             if model is not None:
                 self.load_model(site, model)
             self._wait_idle(timeout)
@@ -276,8 +297,9 @@ class Cluster:
         if any(self.pid(d) for d in self.daemons()):
             say("a previous cluster in this workdir is partly running: stopping it first")
             self.down(log=say)
-        for d in (self.etc, self.log, self.run, self.state, self.spool, self.dev, self.db):
-            d.mkdir(parents=True, exist_ok=True)
+        self._open_folders(say)
+        self._install_lib(say)
+        self.runtime_dir(0, 0)
         nodes = site.all_nodes
         ports = procs.free_ports(2 + len(nodes))
         meta: ClusterMeta = {"site": site.name, "site_path": str(site.path or ""), "nodes": nodes,
@@ -320,6 +342,110 @@ class Cluster:
             self.start_slurmd(n)
         self._wait_idle(timeout - (time.monotonic() - t0))
         return time.monotonic() - t0
+
+    # ---- what other users' jobs need -------------------------------------------------------
+    def _open_folders(self, say: Callable[[str], object]) -> None:
+        """The workdir and the folders jobs read, root's and searchable by all (whatever
+        the umask); the database's root's alone. Says when a folder above the workdir keeps
+        other users out (only root's jobs can run then)."""
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        if self.workdir.stat().st_uid != os.getuid():
+            raise InputError(f"--workdir {self.workdir}: owned by another user, who could change the "
+                             "files root's daemons run; use a folder of your own")
+        for d in (self.workdir, self.etc, self.log, self.run, self.state, self.spool, self.dev):
+            d.mkdir(exist_ok=True)
+            os.chmod(d, 0o755)
+        self.db.mkdir(mode=0o700, exist_ok=True)
+        blocked = unreachable_part(self.workdir)
+        if blocked is not None:
+            say(f"note: other users cannot search {blocked}: only root's jobs can run on this cluster "
+                f"(a --workdir under /var/lib or /tmp lets theirs run)")
+        py = node_python()
+        if unreachable_part(py) is not None:
+            say(f"note: other users cannot run {py}: their jobs' TaskProlog and containers fail")
+
+    def _install_lib(self, say: Callable[[str], object]) -> None:
+        """This checkout's slurm_hetero package and SPANK plugin into lib/, readable by every
+        job's user and only root's to change, as a real site installs them under
+        /usr/local/lib/slurm-hetero: the TaskProlog and the container wrapper run from there
+        (as the job's user, `python3 -I -S`), sbatch loads the plugin from there, wherever
+        the checkout lives. The package is swapped in whole."""
+        self.lib.mkdir(exist_ok=True)
+        os.chmod(self.lib, 0o755)
+        new = Path(tempfile.mkdtemp(prefix=".install.", dir=self.lib))
+        try:
+            shutil.copytree(PACKAGE, new / PACKAGE.name, ignore=shutil.ignore_patterns("__pycache__"))
+            # Compiled by root: users cannot write __pycache__ there. -d: the installed path
+            # in tracebacks.
+            r = subprocess.run([node_python(), "-I", "-m", "compileall", "-q", "-d",
+                                str(self.lib / PACKAGE.name), str(new / PACKAGE.name)],
+                               capture_output=True, text=True, check=False)
+            if r.returncode != 0:
+                say(f"note: {node_python()} could not compile all of lib/ (the node side may still run):\n"
+                    + (r.stdout + r.stderr).strip()[-500:])
+            plugin = find_spank_plugin()
+            if plugin:
+                shutil.copyfile(plugin, new / "hetero.so")
+            for root, dirs, files in os.walk(new):
+                for name in dirs:
+                    os.chmod(os.path.join(root, name), 0o755)
+                for name in files:
+                    os.chmod(os.path.join(root, name), 0o755 if name.endswith(".so") else 0o644)
+            installed = self.lib / PACKAGE.name
+            if installed.exists():
+                installed.rename(new / "previous")
+            (new / PACKAGE.name).rename(installed)
+            if plugin:
+                os.replace(new / "hetero.so", self.lib / "hetero.so")
+            else:
+                (self.lib / "hetero.so").unlink(missing_ok=True)
+        finally:
+            shutil.rmtree(new, ignore_errors=True)
+
+    def spank_plugin(self) -> str | None:
+        """The SPANK plugin plugstack.conf names: the copy in lib/ once installed."""
+        installed = self.lib / "hetero.so"
+        return str(installed) if installed.exists() else find_spank_plugin()
+
+    def runtime_dir(self, uid: int, gid: int) -> Path:
+        """run/user/UID: a user's own folder (0700), made by root as logind makes
+        /run/user/UID on a real node; oci.conf points runc's state there (`runc_root`), so
+        no user sees or changes another's containers, and no user can make another's."""
+        top = self.run / "user"
+        top.mkdir(exist_ok=True)
+        os.chmod(top, 0o755)
+        d = top / str(uid)
+        d.mkdir(mode=0o700, exist_ok=True)
+        os.chown(d, uid, gid)
+        os.chmod(d, 0o700)
+        return d
+
+    def runc_root(self, uid: int = 0) -> Path:
+        """runc's state folder for the containers of user `uid` (oci.conf's --root)."""
+        return self.run / "user" / str(uid) / RUNC_STATE
+
+    def add_user(self, name: str, timeout: float = 30.0) -> pwd.struct_passwd:
+        """Let the local user `name` (made if missing: a system user without home or shell)
+        run jobs here: an association in the cluster's account, as root has, and its runtime
+        folder. Returns once slurmctld knows the association."""
+        user = ensure_system_user(name)
+        site = self.info().get("site")
+        if not site:
+            raise RuntimeFailure(f"no cluster in {self.workdir}: `cluster up` first")
+        # check=False: an association that exists already is "nothing new added" (exit 1).
+        self.runner.run(sacctmgr_argv("add", "user", name, f"account={ACCOUNT}", f"cluster={site}"),
+                        check=False)
+        self.runtime_dir(user.pw_uid, user.pw_gid)
+
+        def known() -> bool:
+            r = self.runner.run(["scontrol", "-o", "show", "assoc_mgr", f"users={name}", "flags=assoc"],
+                                check=False, timeout=10)
+            return f"UserName={name}(" in str(r.stdout)
+
+        if not procs.wait_until(known, timeout, 0.3):
+            raise RuntimeFailure(f"slurmctld does not know user {name} {timeout:.0f} s after sacctmgr added "
+                                 "it\n" + self.explain())
+        return user
 
     def start_slurmd(self, node: str, rebooted: bool = False) -> None:
         """One node's slurmd; `rebooted`: report a fresh boot (-b), as a resumed node must."""
@@ -407,7 +533,7 @@ class Cluster:
             auth_info=f"socket={self.munge / 'munge.socket'}",
             proctrack="proctrack/linuxproc", task_plugins="task/none", config_overrides=True,
             mail_prog="/bin/true",
-            spank_plugin=find_spank_plugin(),
+            spank_plugin=self.spank_plugin(),
             slurm_version=self.runner.version(),
             # The node agent from this environment, with file-backed fake devices per node.
             prolog=str(Path(sys.executable).parent / "slurm-hetero-prolog"),
@@ -421,10 +547,11 @@ class Cluster:
             agent_shared_spool=str(self.shared_spool),  # used where the site asks for one
             agent_devices=self.fake_devices,
             node_ports=dict(meta["node_ports"]),
-            # containers: the wrapper from this checkout, runc state and image
-            # bundles in the workdir.
-            python=sys.executable, hetero_lib=str(Path(__file__).resolve().parents[2]),
-            runc_root=str(self.run / "runc"), images_root=str(self.workdir / "images"),
+            # containers and the TaskProlog run as the job's user: the installed lib/ under
+            # an interpreter every user can run; runc's state per user, image bundles in
+            # the workdir.
+            python=node_python(), hetero_lib=str(self.lib),
+            runc_root=str(self.run / "user" / "%U" / RUNC_STATE), images_root=str(self.workdir / "images"),
             # Runtime model: compiled in when given. The bridge daemon writes the snapshot
             # (its heartbeat) every 2 s: 10 s without one means it is down (on a replay
             # clock it writes less often in faked seconds: 5 rounds without one).
@@ -507,7 +634,7 @@ class Cluster:
                 f.write(os.urandom(1024))
         sock = self.munge / "munge.socket"
         # --force: munged wants every folder above its socket open to all users, which a
-        # private workdir (pytest's, a user's 0700 home) is not; our clients all run as root.
+        # private workdir (a 0700 home) is not; then only root's clients reach it.
         self._start("munged", [
             "munged", "--force", f"--socket={sock}", f"--key-file={key}",
             f"--pid-file={self.munge}/munged.pid",
@@ -576,6 +703,10 @@ class Cluster:
         bridge = [sys.executable, "-m", "slurm_hetero.cli", "bridge", "run",
                   "--site", str(site.path.resolve()), "--snapshot", str(snap), "--every", str(every),
                   "--margin", str(margin), "--pidfile", str(self.run / "bridge.pid")]
+        model = self.info().get("model")
+        if model and tail_path(Path(str(model))).is_file():  # the users' history goes on from it
+            bridge += ["--model-tail", str(tail_path(Path(str(model))))]
+        (self.state / HISTORY_FILE).unlink(missing_ok=True)  # a new daemon publishes its own
         self._spawn([sys.executable, "-m", SUPERVISOR_MODULE, "--name", "bridge",
                      "--pidfile", str(self.run / "bridge-supervisor.pid"), "--", *bridge],
                     log=self.log / "bridge.log")
@@ -661,7 +792,9 @@ class Cluster:
         stopped = []
         ds = self.daemons()
         if self.pid(self.daemon("slurmctld")) and self.pid(self.daemon("munged")):  # end jobs cleanly
-            self.runner.run(cancel_user_argv("root"), check=False, timeout=10)
+            users = self.runner.run(sacctmgr_list_argv("user", "user"), check=False, timeout=10).stdout
+            for user in dict.fromkeys(["root", *users.split()]):
+                self.runner.run(cancel_user_argv(user), check=False, timeout=10)
             procs.wait_until(lambda: not self.runner.run(
                 squeue_ids_argv(), check=False, timeout=5).stdout.strip(), 10)
         for d in reversed(ds):

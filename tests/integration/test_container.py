@@ -18,10 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from slurm_hetero.containers.bundle import busybox_bundle, busybox_variants
+from slurm_hetero.containers.bundle import busybox_bundle
 from slurm_hetero.containers.ociconfig import DeviceNode, DevicePlan, build_config
 from slurm_hetero.devcluster import Cluster
-from slurm_hetero.site import Site
 from slurm_hetero.slurm.jobs import sacct_jobs, submit, wait_done
 from slurm_hetero.slurm.scontrol import parse_job_devices, show_job_argv
 
@@ -38,14 +37,6 @@ echo USER-CODE-RAN
 RUNC_DEV = {"fd", "full", "null", "ptmx", "pts", "random", "shm", "stderr", "stdin", "stdout", "tty",
             "urandom", "zero"}
 ACCEL_DEV = re.compile(r"^(nvidia|davinci|kfd|dri|renderD|hisi|devmm)")
-
-
-@pytest.fixture(scope="module")
-def images(cluster: Cluster, demo_site: Site) -> Path:
-    """A busybox bundle for every variant of the demo catalog, where the wrapper looks."""
-    root = cluster.workdir / "images"
-    busybox_variants(demo_site, str(root))
-    return root
 
 
 @pytest.fixture
@@ -310,7 +301,7 @@ def test_a_step_cannot_bring_its_own_bundle(cluster: Cluster, images: Path) -> N
 
 def test_cancel_kills_the_container(cluster: Cluster, images: Path) -> None:
     jid = submit(cluster.runner, ["--image=busybox:1.35", "-w", "cpu-x86-02", "-o", "/dev/null"], "sleep 300")
-    runc_root = str(cluster.run / "runc")
+    runc_root = str(cluster.runc_root(0))  # root's containers: root's runtime folder
     deadline = time.monotonic() + 30
     while f"cpu-x86-02.{jid}." not in subprocess.run(["runc", "--root", runc_root, "list", "-q"],
                                                      capture_output=True, text=True, check=False).stdout:
