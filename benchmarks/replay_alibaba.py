@@ -4,7 +4,7 @@ its nodes list: fixed GPU models (plain) vs the bridge's start-soonest `--accel=
 bodies (`--arms bridge-work,bridge-migrate-running[,bridge-migrate-work]`: a pod runs as fast
 as the units it holds, checkpoints on SIGTERM and resumes, `replay/submit.WorkSpec`): without
 migration, with running checkpointed jobs moved too, and with pending moves only; their mean
-completion ratios answer issue 16's "completion time with and without".
+completion ratios answer "how much sooner do jobs complete with it, and without".
 
     .venv/bin/python benchmarks/replay_alibaba.py [--windows 2] [--hours 1] [--drain-hours 0.5]
         [--speed 20] [--arms plain,bridge-nomodel,bridge-migrate] [--pods PATH]
@@ -17,7 +17,7 @@ no limits: the ratio measures pool choice, not predictions). Prints per arm and 
 p50 / p90 wait, AVEbsld, utilisation (devices and normalized units), jobs killed before their
 limit, the replay's cost (real s per trace hour) and its fidelity figures (runtime error,
 release lag); then accelerator jobs' mean wait bridge ÷ plain and migrate ÷ bridge per window
-with a 95% t-interval over windows (issue 13's target: <= 0.7). Needs root and the dev
+with a 95% t-interval over windows (target: <= 0.7). Needs root and the dev
 cluster's packages (`make deps`). Figures are timing-noisy on a shared machine.
 """
 

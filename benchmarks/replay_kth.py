@@ -18,7 +18,8 @@ demand ÷ capacity (`--pick busiest`, `replay windows`) among those with at leas
 submissions: where a queue forms and a scheduler can make a difference. Either way the first
 tenth of the trace is left as the model's history. `--first K` skips the first K windows picked
 (to rerun one). `--arms`: plain and any bridge arms (e.g. bridge-nolimits, the model's
-priorities without its limits); each is compared with plain. After each window, where the
+priorities without its limits; easy++, the last-two-average reference with the same online
+history); each is compared with plain. After each window, where the
 difference is: AVEbsld and mean wait by job width and by runtime, and how the model's upper
 quantile compared with what each job ran.
 Other SWF logs run on a site of their machine's size: `--trace ../shared/traces/CTC-SP2-pyss-easy.swf.gz
@@ -44,7 +45,7 @@ from slurm_hetero.errors import InputError
 from slurm_hetero.fileio import write_json_atomic
 from slurm_hetero.jobs.trace import KTH_SP2
 from slurm_hetero.replay.metrics import ALL, Outcome, slowdown
-from slurm_hetero.replay.run import ArmResult, parse_arms, run_arm, train_model
+from slurm_hetero.replay.run import ArmResult, easy_model, parse_arms, run_arm, train_model
 from slurm_hetero.replay.trace import read_trace
 from slurm_hetero.replay.window import Capacity, Window, busiest, select
 from slurm_hetero.site import Site, load_site
@@ -176,13 +177,16 @@ def main() -> int:
     for i, start in enumerate(starts):
         w = Window(start, a.hours, a.warmup_hours)
         sel = select(df, w, Capacity.of(site))
-        model = (train_model(df, w, base / f"w{i}" / "predict.lua", users=a.users)
-                 if any(arm.model for arm in arms) else None)
+        models = {"model": train_model(df, w, base / f"w{i}" / "predict.lua", users=a.users)
+                  if any(arm.model and arm.predictor == "model" for arm in arms) else None,
+                  "easy++": easy_model(df, w, base / f"w{i}" / "easy.lua", users=a.users)
+                  if any(arm.predictor == "easy++" for arm in arms) else None}
         res: dict[str, ArmResult] = {}
         for arm in arms:
             t = time.monotonic()
             res[arm.name] = run_arm(DevReplayCluster, base / f"w{i}" / arm.name, site, sel, w, arm, a.speed,
-                                    model if arm.model else None, drain_hours=a.drain_hours, users=a.users)
+                                    models[arm.predictor] if arm.model else None, drain_hours=a.drain_hours,
+                                    users=a.users)
             print(f"  window {i} ({w.start}) {arm.name}: {time.monotonic() - t:.0f} s real", flush=True)
         if a.json:
             saved.append({"start": w.start, "arms": {k: r.to_json() for k, r in res.items()}})

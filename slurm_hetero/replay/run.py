@@ -83,7 +83,7 @@ ARMS = {
     # The classic reference on the same Slurm: EASY++'s predictions as the limits backfill
     # plans with (extended by the daemon as it extends the model's), shortest predicted first.
     "easy++": Arm("easy++", bridge=True, model=True, predictor="easy++"),
-    # bridge-nomodel with pending-job migration (issue 16): compare it with bridge-nomodel
+    # bridge-nomodel with pending-job migration: compare it with bridge-nomodel
     "bridge-migrate": Arm("bridge-migrate", bridge=True, model=False, migrate=True),
     # With work bodies (a job on a faster pool ends sooner; a requeued one resumes): without
     # migration, with pending-job migration, and with running jobs moved too.

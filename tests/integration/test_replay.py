@@ -120,7 +120,7 @@ def test_alibaba_pods_ran_their_runtime_on_a_gpu(alibaba: tuple[Selection, dict[
     assert f.units_used_h is not None and f.units_used_h > 0
 
 
-# Work bodies (issue 16's running migration in the harness): one pod of 1 GPU that ran 600 s,
+# Work bodies (running migration in the harness): one pod of 1 GPU that ran 600 s,
 # i.e. 600 x the site's mean units of work. The bridge places it on the cheapest free model
 # (the P100, 0.15 units); without migration it does its work there, with migration.running
 # the daemon requeues it into a faster pool once that pays (restart included), and it resumes
