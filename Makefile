@@ -11,7 +11,7 @@ DEB_PKGS := slurm-wlm slurmd slurmctld slurmdbd slurm-client munge mariadb-serve
 	libslurm-dev slurm-wlm-basic-plugins-dev runc busybox-static gcc make lua5.1 \
 	chromium prometheus faketime python3 python3-venv
 
-.PHONY: all deps venv spank demo test lint unit integration fuzz clean golden bench test-24.11
+.PHONY: all deps venv spank demo test check lint unit integration fuzz clean golden bench test-24.11
 
 all: venv spank
 
@@ -43,6 +43,14 @@ lint: venv
 
 unit: venv
 	$(BIN)/pytest -q tests/unit tests/lua
+
+# Before every commit (about two minutes on 2 cores): lint, types, the C option tests, the
+# unit and Lua tests spread over the cores. No cluster, no root needed beyond the venv.
+check: venv
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+	$(MAKE) -s -C spank test
+	$(BIN)/pytest -q -n auto tests/unit tests/lua
 
 integration: deps venv spank
 	$(BIN)/pytest -q tests/integration
