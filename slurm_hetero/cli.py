@@ -209,7 +209,8 @@ def bridge_snapshot(site_path: Path, output: Path) -> None:
                    "the snapshot; asks slurmdbd every 20 s).")
 @click.option("--model-tail", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="The users' last jobs as the compiled model was exported with them (`model export` "
-                   "writes MODEL.tail.json); without it a user's history starts 14 days back.")
+                   "writes MODEL.tail.json; read again when it changes); without it a user's history "
+                   "starts 14 days back.")
 @reports_errors
 def bridge_run(site_path: Path, snapshot: Path, every: float, margin: float,
                pidfile: Path | None, with_forecast: bool, with_history: bool,
@@ -224,8 +225,9 @@ def bridge_run(site_path: Path, snapshot: Path, every: float, margin: float,
     from slurm_hetero.slurm.runner import Runner
 
     site = load_site(site_path)
-    history = (OnlineHistory(Runner(), snapshot.parent / HISTORY_FILE,
-                             read_tail(model_tail) if model_tail else None, log=console.print)
+    if model_tail:
+        read_tail(model_tail)  # a bad tail at start is bad input (exit 2); later ones are logged
+    history = (OnlineHistory(Runner(), snapshot.parent / HISTORY_FILE, model_tail, log=console.print)
                if with_history else None)
     forecaster = None
     if with_forecast:  # forecast/ sits above the bridge: handed in, never imported by it
@@ -349,6 +351,32 @@ def demo(site_path: Path, workdir: Path | None) -> None:
 
 main.add_command(report)
 main.add_command(job)
+
+
+@main.command("why")
+@click.argument("job_id", metavar="JOBID")
+@site_option
+@click.option("--json", "as_json", is_flag=True, help="Print the same facts as JSON.")
+@reports_errors
+def why(job_id: str, site_path: Path, as_json: bool) -> None:
+    """Why job JOBID waits: Slurm's reason in plain words, what holds its pool, when it should
+    start, and what would start it sooner (each suggestion checked against the live cluster).
+
+    Exit 2 for a malformed JOBID, a job Slurm does not know, or another user's job."""
+    import json
+
+    from slurm_hetero.reports.why import parse_job_id, print_why, why_job
+    from slurm_hetero.site import load_site
+    from slurm_hetero.slurm.runner import Runner
+
+    parse_job_id(job_id)  # a bad id is exit 2 before the site or Slurm is read
+    answer = why_job(Runner(), job_id, load_site(site_path))
+    if as_json:
+        click.echo(json.dumps(answer.as_dict(), indent=1))
+    else:
+        print_why(answer, console)
+
+
 main.add_command(container)
 main.add_command(model)
 main.add_command(forecast)

@@ -24,9 +24,10 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
+from slurm_hetero.errors import InputError
 from slurm_hetero.fileio import write_atomic
 from slurm_hetero.predict import features as F
-from slurm_hetero.predict.tail import Tail, UserJobs, user_states
+from slurm_hetero.predict.tail import Tail, UserJobs, read_tail, user_states
 from slurm_hetero.slurm.commands import sacct_ended_argv
 from slurm_hetero.slurm.parse import SACCT_DELIMITER
 from slurm_hetero.slurm.runner import Runner
@@ -74,20 +75,54 @@ def _number(v: str) -> float:
 
 
 class OnlineHistory:
-    """Reads the jobs that ended since the last call and publishes the users' state."""
+    """Reads the jobs that ended since the last call and publishes the users' state.
 
-    def __init__(self, runner: Runner, path: Path, tail: Tail | None = None, *,
+    `tail`: the model's tail file (`model export` writes it beside the model). It is read
+    again when it changes — a re-export moves `history_until` — and the state is rebuilt from
+    it, so the published file always sits on the model the bridge runs (the bridge refuses
+    one based on older history)."""
+
+    def __init__(self, runner: Runner, path: Path, tail: Path | None = None, *,
                  lookback_s: float = LOOKBACK_S, log: Callable[[str], None] = print,
                  clock: Callable[[], float] = time.time):
         self.runner = epoch_runner(runner)
-        self.path, self.log, self.clock = path, log, clock
-        self.tail = tail
-        now = clock()
-        self.until = max(tail.until if tail else -math.inf, now - lookback_s)
+        self.path, self.tail_file, self.log, self.clock = path, tail, log, clock
+        self.lookback_s = lookback_s
+        self.tail_stamp: tuple[int, int] | None = None
+        self.tail: Tail | None = None
+        self.skipped = 0
+        self.reset()
+        self.reload_tail()
+
+    def reset(self) -> None:
+        """Start again from the tail (or the lookback): every job is read once more."""
+        self.until = max(self.tail.until if self.tail else -math.inf, self.clock() - self.lookback_s)
         self.read_from = self.until
         self.users: dict[str, UserJobs] = {}  # users with jobs since `until`
         self.seen: dict[str, float] = {}  # job id -> end, for the slack window's re-reads
-        self.skipped = 0
+
+    def reload_tail(self) -> None:
+        """Read the tail file when it changed (InputError-free: a bad one is logged and the
+        last good one kept)."""
+        if self.tail_file is None:
+            return
+        try:
+            st = self.tail_file.stat()
+        except OSError as e:
+            if self.tail_stamp != (-1, -1):
+                self.log(f"history: {self.tail_file}: {e.strerror}: the last tail stays")
+            self.tail_stamp = (-1, -1)
+            return
+        stamp = (st.st_mtime_ns, st.st_size)
+        if stamp == self.tail_stamp:
+            return
+        self.tail_stamp = stamp
+        try:
+            self.tail = read_tail(self.tail_file)
+        except InputError as e:
+            self.log(f"history: {e}: the last tail stays")
+            return
+        self.reset()
 
     def _user(self, name: str) -> UserJobs:
         u = self.users.get(name)
@@ -100,6 +135,7 @@ class OnlineHistory:
         """One round: new ended jobs in, the file out when a user changed. Returns the
         number of jobs taken. A sacct failure raises RuntimeFailure (the caller logs it;
         the next round reads the same span again)."""
+        self.reload_tail()
         now = self.clock()
         since = self.read_from - SLACK_S
         argv = sacct_ended_argv(_sacct_time(since), _sacct_time(now), FIELDS, ENDED)

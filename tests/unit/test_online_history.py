@@ -59,7 +59,7 @@ def test_jobs_after_the_export_give_the_state_a_later_export_would(jobs: pd.Data
     jobs = jobs.assign(req_time_s=(jobs["req_time_s"] // 60) * 60)
     until, later = _cut(jobs, 0.6), _cut(jobs, 0.8)
     write_tail(jobs, until, tmp_path / "m.tail.json")
-    online = OnlineHistory(Runner(), tmp_path / "h.lua", read_tail(tmp_path / "m.tail.json"), clock=lambda: later)
+    online = OnlineHistory(Runner(), tmp_path / "h.lua", tmp_path / "m.tail.json", clock=lambda: later)
     after = jobs[(jobs["end"] >= until) & (jobs["end"] < later)]
     text = _rows(after)
     assert online.take(text) == len(after)
@@ -104,3 +104,24 @@ def test_a_bad_tail_is_an_input_error(jobs: pd.DataFrame, tmp_path: Path) -> Non
     p.write_text(__import__("json").dumps(doc))
     with pytest.raises(InputError, match=f"user '{user}'"):
         read_tail(p)
+
+
+def test_a_re_export_starts_the_history_again_from_its_tail(jobs: pd.DataFrame, tmp_path: Path) -> None:
+    jobs = jobs.assign(req_time_s=(jobs["req_time_s"] // 60) * 60)
+    first, second, later = _cut(jobs, 0.5), _cut(jobs, 0.7), _cut(jobs, 0.8)
+    tail = tmp_path / "m.tail.json"
+    write_tail(jobs, first, tail)
+    logs: list[str] = []
+    online = OnlineHistory(Runner(), tmp_path / "h.lua", tail, clock=lambda: later, log=logs.append)
+    online.take(_rows(jobs[(jobs["end"] >= first) & (jobs["end"] < later)]))
+    write_tail(jobs, second, tail)  # the site exported again
+    tail.write_text(tail.read_text() + " ")  # a size the stamp sees even within one mtime tick
+    online.reload_tail()
+    assert online.until == second and online.users == {}  # rebuilt: nothing counts twice
+    online.take(_rows(jobs[(jobs["end"] >= first) & (jobs["end"] < later)]))  # the same read again
+    fresh, _ = users_state(jobs, later)
+    for u, values in user_states(online.users).items():
+        np.testing.assert_allclose(values, fresh[u], rtol=1e-9, err_msg=u)
+    tail.write_text("{broken")
+    online.reload_tail()
+    assert online.until == second and any("the last tail stays" in m for m in logs)
