@@ -179,3 +179,40 @@ def requeue_argv(ids: Sequence[str | int]) -> list[str]:
     """`scontrol requeue` of running batch jobs: ended (SIGTERM, KillWait, SIGKILL) and put
     back in the queue with their restart count one higher."""
     return ["scontrol", "requeue", ",".join(job_ids(ids))]
+
+
+# ---- `slurm-hetero why` (reports/why.py) -----------------------------------------------------
+# QoS and association limits, `|`-separated: names and TRES lists are admin-written and hold
+# no `|`. The fields are sacctmgr's format names on 22.05 and 24.11.
+QOS_LIMIT_FIELDS = ("Name", "Priority", "GrpTRES", "GrpTRESMins", "GrpTRESRunMins", "GrpJobs", "GrpSubmit",
+                    "GrpWall", "MaxTRES", "MaxTRESPerNode", "MaxTRESMins", "MaxTRESPU", "MaxTRESPA",
+                    "MaxJobsPU", "MaxSubmitPU", "MaxWall", "MinTRES")
+ASSOC_LIMIT_FIELDS = ("Account", "User", "Partition", "QOS", "GrpTRES", "GrpTRESMins", "GrpTRESRunMins",
+                      "GrpJobs", "GrpSubmit", "GrpWall", "MaxTRES", "MaxTRESPerNode", "MaxTRESMins",
+                      "MaxJobs", "MaxSubmit", "MaxWall")
+_ACCOUNT = re.compile(r"[A-Za-z0-9_.][A-Za-z0-9_.-]{0,63}")
+
+
+def sacctmgr_qos_limits_argv() -> list[str]:
+    """Every QoS with its limits, one line each in `QOS_LIMIT_FIELDS` order."""
+    return sacctmgr_argv("-n", "-P", "show", "qos", f"format={','.join(QOS_LIMIT_FIELDS)}")
+
+
+def sacctmgr_assoc_limits_argv(account: str) -> list[str]:
+    """The associations of `account` (its own line and each user's), in `ASSOC_LIMIT_FIELDS`
+    order: a limit may sit on the account's line or on the user's."""
+    if not _ACCOUNT.fullmatch(account):
+        raise ValueError(f"not an account name: {account!r}")
+    return sacctmgr_argv("-n", "-P", "show", "assoc", "where", f"accounts={account}",
+                         f"format={','.join(ASSOC_LIMIT_FIELDS)}")
+
+
+def squeue_start_argv(job_id: str | int) -> list[str]:
+    """`ID START` of one pending job: slurmctld's expected start (needs SLURM_TIME_FORMAT=%s
+    for epoch seconds; `N/A` when it has none)."""
+    return ["squeue", "--start", "-h", "-j", job_ids([job_id])[0], "-o", "%i %S"]
+
+
+def show_config_argv() -> list[str]:
+    """slurmctld's running configuration (`Key = Value` lines; SlurmUser among them)."""
+    return ["scontrol", "show", "config"]
