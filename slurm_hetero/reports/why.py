@@ -49,7 +49,7 @@ from slurm_hetero.slurm.commands import (
 )
 from slurm_hetero.slurm.comment import parse_comment
 from slurm_hetero.slurm.hostlist import HostlistError, expand
-from slurm_hetero.slurm.jobrecord import JobRecord, parse_admin_level, parse_sacct_job_json
+from slurm_hetero.slurm.jobrecord import JobRecord, parse_admin_level, parse_sacct_job_json, tres_numbers
 from slurm_hetero.slurm.parse import parse_duration_s, parse_gres
 from slurm_hetero.slurm.runner import Runner, SlurmCommandError
 from slurm_hetero.slurm.squeue import (
@@ -76,7 +76,6 @@ HOLDING = frozenset({"RUNNING", "SUSPENDED", "COMPLETING", "CONFIGURING", "STOPP
 PENDING = frozenset({"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED"})
 ARCHES = ("x86_64", "aarch64")
 _WORD = re.compile(r"[A-Za-z0-9_.-]+")
-_MB = {"K": 1 / 1024, "M": 1.0, "G": 1024.0, "T": 1024.0**2, "P": 1024.0**3}
 MIN_GAP_S = 120.0  # a backfill window shorter than this is not worth a suggestion
 SHOW_RUNNING = 12  # rows of the pool's running jobs on the screen (JSON has them all)
 
@@ -272,26 +271,6 @@ def explain_reason(code: str) -> Reason:
 
 
 # ---- reading Slurm's output (pure) -----------------------------------------------------------
-
-
-def tres_numbers(text: str) -> dict[str, float]:
-    """A TRES list as numbers, memory in MB: `cpu=2,mem=4G,gres/gpu:h100=2`.
-
-    >>> tres_numbers("cpu=2,mem=4G,gres/gpu:h100=2,bad")
-    {'cpu': 2.0, 'mem': 4096.0, 'gres/gpu:h100': 2.0}
-    """
-    out: dict[str, float] = {}
-    for item in text.split(","):
-        key, _, value = item.strip().partition("=")
-        if not key or not value:
-            continue
-        unit = value[-1].upper() if value[-1].isalpha() else ""
-        try:
-            number = float(value[:-1] if unit else value)
-        except ValueError:
-            continue
-        out[key] = number * _MB.get(unit, 1.0) if key == "mem" else number
-    return out
 
 
 @dataclass(frozen=True)

@@ -230,11 +230,15 @@ def parse_admin_level(text: str) -> str:
 _MB = {"K": 1 / 1024, "M": 1.0, "G": 1024.0, "T": 1024.0**2, "P": 1024.0**3}
 
 
-def _tres_text(text: str) -> dict[str, float]:
-    """`cpu=1,mem=1G,gres/npu:910b=1` → {"cpu": 1, "mem": 1024 (MB), "gres/npu:910b": 1}."""
+def tres_numbers(text: str) -> dict[str, float]:
+    """A TRES list as numbers, memory in MB.
+
+    >>> tres_numbers("cpu=2,mem=4G,gres/gpu:h100=2,bad")
+    {'cpu': 2.0, 'mem': 4096.0, 'gres/gpu:h100': 2.0}
+    """
     out: dict[str, float] = {}
     for item in text.split(","):
-        key, _, value = item.partition("=")
+        key, _, value = item.strip().partition("=")
         if not key or not value:
             continue
         unit = value[-1].upper() if value[-1].isalpha() else ""
@@ -274,6 +278,6 @@ def record_from_squeue(text: str, job_id: int) -> JobRecord | None:
         elapsed_s=None, limit_s=None if limit is None or limit <= 0 or limit >= _NO_VAL else limit * 60.0,
         req_cpus=cpus, req_mem_mb=mem, mem_per_cpu=bool(per_cpu),
         nodes=_text(j.get("nodes")) if running else "", node_count=nodes if running else None,
-        constraints=_text(j.get("features")), requested=_tres_text(_text(j.get("tres_req_str"))),
-        allocated=_tres_text(_text(j.get("tres_alloc_str"))) if running else {},
+        constraints=_text(j.get("features")), requested=tres_numbers(_text(j.get("tres_req_str"))),
+        allocated=tres_numbers(_text(j.get("tres_alloc_str"))) if running else {},
         admin_comment=_text(j.get("admin_comment")), exit_code="", steps=())

@@ -9,36 +9,20 @@ import pytest
 
 from slurm_hetero.bridge.history import HISTORY_FILE, to_lua
 from slurm_hetero.bridge.luarun import JobSubmit
-from slurm_hetero.conf import Profile, render_site
 from slurm_hetero.predict import export_lua
 from slurm_hetero.predict import features as F
-from slurm_hetero.site import Site, load_site
 from slurm_hetero.slurm.comment import parse_comment
-from tests.predict_fixture import export_model, history
+from tests.predict_fixture import history
 
 DEMO = Path(__file__).resolve().parents[2] / "site" / "demo" / "site.yaml"
 
 
-@pytest.fixture(scope="module")
-def site() -> Site:
-    return load_site(DEMO)
+Exported = tuple[dict[str, list[float]], int]  # users' STATE as exported, history_until
 
 
 @pytest.fixture(scope="module")
-def model_lua(tmp_path_factory: pytest.TempPathFactory) -> str:
-    return export_model(tmp_path_factory.mktemp("model") / "predict.lua").read_text()
-
-
-@pytest.fixture(scope="module")
-def exported() -> tuple[dict[str, list[float]], int]:
+def exported() -> Exported:
     return export_lua.users_state(history())
-
-
-@pytest.fixture
-def js(site: Site, model_lua: str, tmp_path: Path) -> JobSubmit:
-    js = JobSubmit(render_site(site, Profile(state_dir=str(tmp_path), model_lua=model_lua))["job_submit.lua"])
-    js.state = tmp_path  # type: ignore[attr-defined]
-    return js
 
 
 def p50(js: JobSubmit, user: str) -> int:
@@ -52,7 +36,7 @@ def publish(js: JobSubmit, text: str) -> None:
     js.now += 11  # past HISTORY_CHECK_S: the bridge looks again
 
 
-def test_a_users_fresh_history_moves_that_users_predictions_only(js: JobSubmit, exported: tuple) -> None:
+def test_a_users_fresh_history_moves_that_users_predictions_only(js: JobSubmit, exported: Exported) -> None:
     states, until = exported
     before = {u: p50(js, u) for u in ("user001", "user005", "user002")}
     assert before["user001"] != before["user005"]
@@ -63,7 +47,7 @@ def test_a_users_fresh_history_moves_that_users_predictions_only(js: JobSubmit, 
 
 
 def test_a_new_file_is_read_once_per_check_and_only_when_its_generation_changes(
-        js: JobSubmit, exported: tuple) -> None:
+        js: JobSubmit, exported: Exported) -> None:
     states, until = exported
     first = p50(js, "user001")
     path = js.state / HISTORY_FILE  # type: ignore[attr-defined]
@@ -82,7 +66,7 @@ def _entries(states: dict[str, list[float]]) -> str:
     return "\n".join(f'  ["{u}"] = {{ {", ".join(repr(v) for v in s)} }},' for u, s in states.items())
 
 
-def test_bad_entries_are_skipped_and_the_rest_applies(js: JobSubmit, exported: tuple) -> None:
+def test_bad_entries_are_skipped_and_the_rest_applies(js: JobSubmit, exported: Exported) -> None:
     states, until = exported
     good, other = states["user005"], states["user006"]
     base = {u: p50(js, u) for u in ("user001", "user002", "user003", "user005")}
@@ -110,7 +94,7 @@ def test_bad_entries_are_skipped_and_the_rest_applies(js: JobSubmit, exported: t
     ("return { users = { [\"user001\"] = { nan } } }", "not data"),
     ("-- {pad}\nreturn {}", "larger than"),
 ])
-def test_a_bad_file_is_rejected_whole_and_the_last_good_one_stays(js: JobSubmit, exported: tuple,
+def test_a_bad_file_is_rejected_whole_and_the_last_good_one_stays(js: JobSubmit, exported: Exported,
                                                                   body: str, why: str) -> None:
     states, until = exported
     publish(js, to_lua({"user001": states["user005"]}, js.now, until))

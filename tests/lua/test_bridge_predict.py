@@ -4,34 +4,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
 from slurm_hetero.bridge.luarun import JobSubmit
 from slurm_hetero.bridge.snapshot import PoolCapacity, to_lua
 from slurm_hetero.conf import Profile, render_site
-from slurm_hetero.site import Site, load_site
+from slurm_hetero.site import Site
 from slurm_hetero.site.pools import pools
 from slurm_hetero.slurm.comment import parse_comment
-from tests.predict_fixture import export_model
 
 DEMO = Path(__file__).resolve().parents[2] / "site" / "demo" / "site.yaml"
 
 
-@pytest.fixture(scope="module")
-def site() -> Site:
-    return load_site(DEMO)
-
-
-@pytest.fixture(scope="module")
-def model_lua(tmp_path_factory: pytest.TempPathFactory) -> str:
-    return export_model(tmp_path_factory.mktemp("model") / "predict.lua").read_text()
-
-
-@pytest.fixture
-def js(site: Site, model_lua: str, tmp_path: Path) -> JobSubmit:
-    js = JobSubmit(render_site(site, Profile(state_dir=str(tmp_path), model_lua=model_lua))["job_submit.lua"])
-    js.state = tmp_path  # type: ignore[attr-defined]
-    return js
 
 
 def fresh_snapshot(js: JobSubmit, site: Site, age: int = 1) -> None:
