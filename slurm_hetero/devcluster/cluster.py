@@ -692,10 +692,12 @@ class Cluster:
         self._sql(" ".join([*drops, "ALTER USER 'root'@'localhost' IDENTIFIED VIA unix_socket;",
                             "DROP DATABASE IF EXISTS test;", "FLUSH PRIVILEGES;"]))
 
-    def start_bridge(self, site: Site, every: float = 2.0, margin: float = 120.0, wait: float = 20.0) -> None:
+    def start_bridge(self, site: Site, every: float = 2.0, margin: float = 120.0, wait: float = 20.0,
+                     history: bool = True) -> None:
         """The bridge daemon (capacity snapshot and heartbeat, limit extensions, SiteFactor),
         under a supervisor that restarts it when it dies; `wait`: seconds for its first
-        snapshot (a queue of tens of thousands of jobs takes longer to read)."""
+        snapshot (a queue of tens of thousands of jobs takes longer to read); without
+        `history` it publishes no users' history (the model's predictions stay as exported)."""
         if site.path is None:
             raise InputError("cluster up needs a site loaded from a file (the daemon re-reads it)")
         snap = self.state / "hetero-snapshot.lua"
@@ -704,7 +706,9 @@ class Cluster:
                   "--site", str(site.path.resolve()), "--snapshot", str(snap), "--every", str(every),
                   "--margin", str(margin), "--pidfile", str(self.run / "bridge.pid")]
         model = self.info().get("model")
-        if model and tail_path(Path(str(model))).is_file():  # the users' history goes on from it
+        if not history:
+            bridge += ["--no-history"]
+        elif model and tail_path(Path(str(model))).is_file():  # the users' history goes on from it
             bridge += ["--model-tail", str(tail_path(Path(str(model))))]
         (self.state / HISTORY_FILE).unlink(missing_ok=True)  # a new daemon publishes its own
         self._spawn([sys.executable, "-m", SUPERVISOR_MODULE, "--name", "bridge",
