@@ -45,6 +45,15 @@ def spreadsheet_safe(value: Any) -> Any:
     return value
 
 
+def unquoted(cell: str) -> str:
+    """A cell as `spreadsheet_safe` had it, for programs that read the CSV back.
+
+    >>> [unquoted(c) for c in ["'--energy", "'=1+1", "'plain", "-2.5"]]
+    ['--energy', '=1+1', "'plain", '-2.5']
+    """
+    return cell[1:] if cell.startswith("'") and cell[1:].startswith(_FORMULA_START) else cell
+
+
 def csv_text(frame: pd.DataFrame) -> str:
     """The frame as CSV, every text cell spreadsheet-safe (numeric columns untouched)."""
     safe = frame.copy()

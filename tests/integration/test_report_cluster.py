@@ -26,6 +26,7 @@ from click.testing import CliRunner
 
 from slurm_hetero.devcluster import Cluster
 from slurm_hetero.reports.cli import report as report_cmd
+from slurm_hetero.reports.files import unquoted
 from slurm_hetero.site import Site
 from slurm_hetero.slurm.jobs import sacct_jobs, submit, wait_done
 from slurm_hetero.slurm.parse import parse_tres
@@ -98,8 +99,10 @@ def _sacct(cluster: Cluster, run: Run) -> list[dict[str, str]]:
 
 
 def _csv(run: Run, name: str) -> list[dict[str, str]]:
+    """A table of the report's CSV, its cells as the report had them (before the `'` that
+    keeps a spreadsheet from running `--energy` as a formula)."""
     with (run.csv / f"{name}.csv").open() as f:
-        return list(csv.DictReader(f))
+        return [{k: unquoted(v) for k, v in row.items()} for row in csv.DictReader(f)]
 
 
 def _decision(comment: str) -> dict[str, Any]:
