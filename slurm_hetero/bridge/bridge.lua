@@ -1061,6 +1061,8 @@ local function add_prediction(job_desc, set, now, job_partition, tres, record)
         if short < user_min then
             set.time_limit = short
             pred = pred .. ',"shortened":true,"user_limit_min":' .. itext(user_min)
+            -- How the daemon extends it when it outlives the prediction, if not by doubling.
+            if MODEL.correction == "tsafrir" then pred = pred .. ',"ext":"tsafrir"' end
         end
     end
     record[#record + 1] = pred

@@ -54,18 +54,30 @@ from slurm_hetero.slurm.squeue import SQUEUE_JSON_ARGV, QueuedJob, parse_squeue_
 Log = Callable[[str], None]
 
 
+# EASY++'s correction (Tsafrir, Etsion, Feitelson 2007) when a job outlives its prediction:
+# the prediction moves up to the next of these, in minutes, never past the user's limit.
+TSAFRIR_STEPS_MIN = (1, 5, 15, 30, 60, 120, 300, 600, 1200, 3000, 6000)
+
+
 @dataclass(frozen=True)
 class ExtendPolicy:
-    """Extend a shortened job when less than `margin_s` (or 10% of its limit) is left:
-    double the limit, never past the user's own limit."""
+    """Extend a shortened job when less than `margin_s` (or 10% of its limit) is left,
+    never past the user's own limit: double the limit (the bridge's model), or with
+    `correction="tsafrir"` (the model's choice, recorded with the decision as "ext") go up
+    to the next of TSAFRIR_STEPS_MIN that covers the job's run so far and two margins."""
 
     margin_s: float = 120.0
 
-    def new_limit_min(self, limit_min: int, elapsed_s: float, user_min: int) -> int | None:
+    def new_limit_min(self, limit_min: int, elapsed_s: float, user_min: int,
+                      correction: str = "double") -> int | None:
         left = limit_min * 60 - elapsed_s
         if limit_min >= user_min or left > max(self.margin_s, 0.1 * limit_min * 60):
             return None
-        grown = max(limit_min * 2, math.ceil((elapsed_s + 2 * self.margin_s) / 60))
+        need = math.ceil((elapsed_s + 2 * self.margin_s) / 60)
+        if correction == "tsafrir":
+            grown = next((s for s in TSAFRIR_STEPS_MIN if s > limit_min and s >= need), user_min)
+        else:
+            grown = max(limit_min * 2, need)
         return min(user_min, grown)
 
 
@@ -176,7 +188,8 @@ class BridgeDaemon:
             if j.state != "RUNNING" or j.decision.get("shortened") is not True \
                     or j.limit_min is None or user_min is None:
                 continue
-            new = self.extend.new_limit_min(j.limit_min, j.elapsed_s, user_min)
+            new = self.extend.new_limit_min(j.limit_min, j.elapsed_s, user_min,
+                                            "tsafrir" if j.decision.get("ext") == "tsafrir" else "double")
             if new is None:
                 continue
             try:

@@ -150,12 +150,13 @@ def render(model: Model, users: dict[str, list[float]], until: int, generated_at
                    upper_shift=lua_number(model.upper_shift),
                    partitions=[(lua_string(p), c) for p, c in sorted(model.partitions.items())],
                    central_code=compile_booster(model.central.dump_model(), "central"),
-                   upper_code=compile_booster(model.upper.dump_model(), "upper"))
+                   upper_code=compile_booster(model.upper.dump_model(), "upper"), correction="double")
 
 
 # EASY++'s predictor (Tsafrir, Etsion, Feitelson, 2007): the average of the user's last two
 # runtimes, one if there is one, else the user's own request; never above the request. That is
-# the trees' base (features.py l2c): with both scores 0 the model predicts exactly it.
+# the trees' base (features.py l2c): with both scores 0 the model predicts exactly it. A job
+# that outlives it is extended by their step list (bridge/daemon.py), not by doubling.
 EASY_DEFAULT_RUNTIME = 3600.0  # neither history nor request: an hour
 
 
@@ -170,7 +171,7 @@ def export_easy(history: pd.DataFrame, until: int | None = None, generated_at: i
     return _render(users, until, generated_at, trained_on="EASY++ (last-two average, no trees)",
                    quantile=lua_number(0.5), default_runtime=lua_number(EASY_DEFAULT_RUNTIME),
                    upper_shift=lua_number(0.0), partitions=[],
-                   central_code=_zero("central"), upper_code=_zero("upper"))
+                   central_code=_zero("central"), upper_code=_zero("upper"), correction="tsafrir")
 
 
 def _render(users: dict[str, list[float]], until: int, generated_at: int | None, **parts: Any) -> str:

@@ -7,13 +7,11 @@ from pathlib import Path
 from slurm_hetero.bridge.luarun import JobSubmit
 from slurm_hetero.bridge.snapshot import PoolCapacity, to_lua
 from slurm_hetero.conf import Profile, render_site
+from slurm_hetero.predict import export_lua
 from slurm_hetero.site import Site
 from slurm_hetero.site.pools import pools
 from slurm_hetero.slurm.comment import parse_comment
-
-DEMO = Path(__file__).resolve().parents[2] / "site" / "demo" / "site.yaml"
-
-
+from tests.predict_fixture import history
 
 
 def fresh_snapshot(js: JobSubmit, site: Site, age: int = 1) -> None:
@@ -29,6 +27,19 @@ def test_backfill_partition_gets_the_predicted_limit(js: JobSubmit, site: Site) 
     assert 1 <= d["pred"]["p50"] <= d["pred"]["p90"] <= 600
     assert desc["time_limit"] == max(1, -(-d["pred"]["p90"] // 60)) < 10
     assert (d["shortened"], d["user_limit_min"]) == (True, 10)
+    assert "ext" not in d  # the trained model's jobs are extended by doubling
+
+
+def test_the_easy_reference_asks_for_tsafrirs_correction(site: Site, tmp_path: Path) -> None:
+    easy = export_lua.export_easy(history())
+    js = JobSubmit(render_site(site, Profile(state_dir=str(tmp_path), model_lua=easy))["job_submit.lua"])
+    js.state = tmp_path  # type: ignore[attr-defined]
+    fresh_snapshot(js, site)
+    rc, desc = js.submit({"arch": "x86_64"}, user_name="root", time_limit=10, min_cpus=1)
+    d = parse_comment(desc["admin_comment"])
+    # root's last two jobs ran about 20 s: EASY++ predicts that, the limit becomes a minute
+    assert rc == 0 and desc["time_limit"] == 1 and d["pred"]["p50"] == d["pred"]["p90"] <= 25
+    assert (d["shortened"], d["user_limit_min"], d["ext"]) == (True, 10, "tsafrir")
 
 
 def test_no_user_limit_means_the_partition_default(js: JobSubmit, site: Site) -> None:

@@ -56,6 +56,19 @@ def test_extension_steps(limit: int, elapsed: float, user: int, new: int | None)
     assert ExtendPolicy().new_limit_min(limit, elapsed, user) == new
 
 
+@pytest.mark.parametrize(("limit", "elapsed", "user", "new"), [
+    (10, 60, 600, None),         # 9 minutes left: nothing to do
+    (10, 8 * 60 + 30, 600, 15),  # the next step after 10 that covers 8.5 min + 2 margins
+    (1, 10, 600, 5),             # 1 -> 5: steps, not doubling
+    (15, 14 * 60, 600, 30),
+    (200, 198 * 60, 600, 300),
+    (500, 498 * 60, 540, 540),   # the next step (600) passes the user's limit: the user's limit
+    (6000, 5998 * 60, 9000, 9000),  # past the last step: the user's limit
+])
+def test_tsafrir_correction_steps(limit: int, elapsed: float, user: int, new: int | None) -> None:
+    assert ExtendPolicy().new_limit_min(limit, elapsed, user, "tsafrir") == new
+
+
 def test_rows_from_captured_squeue_json() -> None:
     jobs, _ = parse_squeue_json((CAPTURED / "squeue-json-22.05.json").read_text())
     rows = {r.job_id: r for r in (job_row(j, now=1796109000.0) for j in jobs)}
@@ -272,3 +285,19 @@ def test_a_large_queue_is_read_less_often_than_the_heartbeat(tmp_path: Path) -> 
     d.queue_due = time.monotonic() - 1
     d.round()
     assert Counting.reads == 2
+
+
+def test_a_job_the_model_asks_tsafrirs_correction_for_is_extended_by_steps(tmp_path: Path) -> None:
+    from slurm_hetero.bridge.daemon import BridgeDaemon, JobRow
+    from slurm_hetero.site import load_site
+
+    site = load_site(Path(__file__).resolve().parents[2] / "site" / "demo" / "site.yaml")
+    runner = HostileRunner([])
+    d = BridgeDaemon(site, runner, tmp_path / "snap.lua", log=lambda _: None)  # type: ignore[arg-type]
+    shortened = {"shortened": True, "user_limit_min": 600}
+    rows = [JobRow("1", "RUNNING", 10, 510.0, 0.0, {**shortened, "ext": "tsafrir"}),
+            JobRow("2", "RUNNING", 10, 510.0, 0.0, dict(shortened)),
+            JobRow("3", "RUNNING", 10, 510.0, 0.0, {**shortened, "ext": "anything else"})]
+    assert d.extend_limits(rows) == 3
+    assert [(u[2], u[3]) for u in runner.updates] == [
+        ("JobId=1", "TimeLimit=15"), ("JobId=2", "TimeLimit=20"), ("JobId=3", "TimeLimit=20")]
