@@ -190,7 +190,8 @@ def main() -> int:
             print(f"  window {i} ({w.start}) {arm.name}: {time.monotonic() - t:.0f} s real", flush=True)
         if a.json:
             saved.append({"start": w.start, "arms": {k: r.to_json() for k, r in res.items()}})
-            write_json_atomic(str(a.json), {"trace": a.trace.name, "windows": saved}, indent=1)
+            write_json_atomic(str(a.json), {"trace": a.trace.name, "command": " ".join(sys.argv),
+                                            "windows": saved}, indent=1)
         fp = res["plain"].figures[ALL]
         print(f"window {i} start {w.start}: {fp.jobs} jobs measured ({len(sel.jobs)} replayed)")
         for name, r in res.items():
