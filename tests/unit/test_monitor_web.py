@@ -29,7 +29,9 @@ from slurm_hetero.monitor.web import (
     start_server,
 )
 
-HASH = bcrypt.hashpw(b"s3cret", bcrypt.gensalt(rounds=4)).decode()  # cost 4: fast tests
+# Cost 4: fast tests. A fixed salt: the hash names parametrized tests, which must be the same
+# in every process that collects them (pytest-xdist's workers).
+HASH = bcrypt.hashpw(b"s3cret", b"$2b$04$abcdefghijklmnopqrstuO").decode()
 
 
 @pytest.fixture(scope="module")
