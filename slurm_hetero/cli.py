@@ -365,11 +365,12 @@ def why(job_id: str, site_path: Path, as_json: bool) -> None:
     Exit 2 for a malformed JOBID, a job Slurm does not know, or another user's job."""
     import json
 
-    from slurm_hetero.reports.why import parse_job_id, print_why, why_job
+    from slurm_hetero.reports.jobid import check_job_id
+    from slurm_hetero.reports.why import print_why, why_job
     from slurm_hetero.site import load_site
     from slurm_hetero.slurm.runner import Runner
 
-    parse_job_id(job_id)  # a bad id is exit 2 before the site or Slurm is read
+    check_job_id(job_id)  # a bad id is exit 2 before the site or Slurm is read
     answer = why_job(Runner(), job_id, load_site(site_path))
     if as_json:
         click.echo(json.dumps(answer.as_dict(), indent=1))

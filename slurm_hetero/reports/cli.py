@@ -95,7 +95,8 @@ def _job(job_id: str, site_path: Path, output: Path | None, as_json: bool) -> No
     import json
 
     from slurm_hetero.reports.html import write_html
-    from slurm_hetero.reports.jobpage import check_job_id, job_page, page_report, print_page
+    from slurm_hetero.reports.jobid import check_job_id
+    from slurm_hetero.reports.jobpage import job_page, page_report, print_page
     from slurm_hetero.site import load_site
     from slurm_hetero.slurm.runner import Runner
 

@@ -28,9 +28,10 @@ from typing import Any
 
 import pandas as pd
 
-from slurm_hetero.errors import InputError, RuntimeFailure
+from slurm_hetero.errors import RuntimeFailure
 from slurm_hetero.jobs.sacct import SiteIndex
 from slurm_hetero.reports import fmt
+from slurm_hetero.reports.jobid import BRIDGE_WHY, check_job_id
 from slurm_hetero.reports.model import Report, Section, Table
 from slurm_hetero.reports.period import Period, fmt_time
 from slurm_hetero.site.model import Site
@@ -46,26 +47,11 @@ from slurm_hetero.slurm.runner import Runner, SlurmCommandError
 from slurm_hetero.slurm.sacct import TERMINAL
 from slurm_hetero.slurm.squeue import SQUEUE_JSON_ARGV, parse_squeue_json
 
-JOB_ID_FORMS = "the number sbatch printed, e.g. 1234"
-_JOB_ID = re.compile(r"[1-9]\d{0,11}")
-WHY = {
-    "starts-now": "a pool could start it at once (free devices on one node, no queue); the cheapest "
-    "in normalized units of those",
-    "least-backlog": "no pool could start it at once: the pool with the shortest backlog",
-    "static": "no fresh capacity snapshot: the smallest model that satisfies the request",
-}
+WHY = BRIDGE_WHY
 BUSY_UTIL = 5.0  # % : a device below this did no work worth the name
 # Advice thresholds: waste large enough to be worth a line.
 LOW_UTIL, LOW_CPU, LOW_MEM, SHORT_RUN = 50.0, 25.0, 25.0, 0.25
 MIN_SPARE_S, MIN_MEM_MB = 600.0, 2048.0
-
-
-def check_job_id(text: str) -> int:
-    """A JOBID argument as a number; InputError (exit 2) naming what is allowed."""
-    t = text.strip()
-    if not _JOB_ID.fullmatch(t):
-        raise InputError(f"JOBID {text!r}: not a job id; give {JOB_ID_FORMS}")
-    return int(t)
 
 
 @dataclass

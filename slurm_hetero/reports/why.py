@@ -32,6 +32,7 @@ from typing import Any
 from slurm_hetero.bridge.snapshot import PoolCapacity, build_snapshot
 from slurm_hetero.errors import InputError, RuntimeFailure
 from slurm_hetero.reports import fmt
+from slurm_hetero.reports.jobid import BRIDGE_WHY, check_job_id
 from slurm_hetero.site.catalog import AccelModel
 from slurm_hetero.site.model import NodeGroup, Site
 from slurm_hetero.site.pools import Pool, pools
@@ -60,16 +61,6 @@ from slurm_hetero.slurm.squeue import (
     parse_job,
 )
 
-# The same rule and words as `slurm-hetero job` (reports/jobpage.py, which loads pandas:
-# this command stays light); tests/unit/test_why.py keeps them equal.
-_JOB_ID = re.compile(r"[1-9]\d{0,11}")
-JOB_ID_FORMS = "the number sbatch printed, e.g. 1234"
-BRIDGE_WHY = {
-    "starts-now": "a pool could start it at once (free devices on one node, no queue); the cheapest "
-    "in normalized units of those",
-    "least-backlog": "no pool could start it at once: the pool with the shortest backlog",
-    "static": "no fresh capacity snapshot: the smallest model that satisfies the request",
-}
 # States in which a job holds its allocation; everything neither pending nor holding has ended.
 HOLDING = frozenset({"RUNNING", "SUSPENDED", "COMPLETING", "CONFIGURING", "STOPPED", "SIGNALING",
                      "STAGE_OUT", "RESIZING"})
@@ -78,18 +69,6 @@ ARCHES = ("x86_64", "aarch64")
 _WORD = re.compile(r"[A-Za-z0-9_.-]+")
 MIN_GAP_S = 120.0  # a backfill window shorter than this is not worth a suggestion
 SHOW_RUNNING = 12  # rows of the pool's running jobs on the screen (JSON has them all)
-
-
-def parse_job_id(text: str) -> int:
-    """A JOBID argument as a number; InputError (exit 2) naming what is allowed.
-
-    >>> parse_job_id(" 42 ")
-    42
-    """
-    t = text.strip()
-    if not _JOB_ID.fullmatch(t):
-        raise InputError(f"JOBID {text!r}: not a job id; give {JOB_ID_FORMS}")
-    return int(t)
 
 
 # ---- Slurm's reasons in plain words ------------------------------------------------------------
@@ -1491,7 +1470,7 @@ def _pending_extras(runner: Runner, job: QJob) -> tuple[str | None, dict[str, di
 def why_job(runner: Runner, job_text: str, site: Site, now: float | None = None,
             caller: Caller | None = None) -> Why:
     """The answer for JOBID as the caller may see it."""
-    job_id = parse_job_id(job_text)
+    job_id = check_job_id(job_text)
     return build_why(fetch(runner, job_id, caller), site, now)
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -181,14 +182,19 @@ def test_node_capacity_agrees_with_the_bridge_snapshot(site: Site) -> None:
 
 def test_the_bridge_tables_match(site: Site) -> None:
     from slurm_hetero.conf.bridge import bridge_context
-    from slurm_hetero.reports.jobpage import WHY, check_job_id
+    from slurm_hetero.reports.jobid import check_job_id
+    from slurm_hetero.reports.jobpage import WHY
 
     groups = bridge_context(site)["model_groups"]
     assert {k: tuple(v) for k, v in groups.items()} == W.site_view(site).groups
-    assert W.BRIDGE_WHY == WHY
+    assert W.BRIDGE_WHY is WHY  # one table for both commands (reports/jobid.py)
+    # ...with words for every reason bridge.lua's pool choice returns
+    from slurm_hetero.conf.bridge import bridge_source
+    returned = re.findall(r'return best, (?:best\.now and )?"([a-z-]+)"(?: or "([a-z-]+)")?', bridge_source())
+    assert {w for pair in returned for w in pair if w} == set(WHY)
     for bad in ("12x", "", "0", "-1", "1_2"):
         with pytest.raises(InputError):
-            W.parse_job_id(bad)
+            W.check_job_id(bad)
         with pytest.raises(InputError):
             check_job_id(bad)
 
