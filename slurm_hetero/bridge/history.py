@@ -99,6 +99,8 @@ class OnlineHistory:
         self.until = max(self.tail.until if self.tail else -math.inf, self.clock() - self.lookback_s)
         self.read_from = self.until
         self.users: dict[str, UserJobs] = {}  # users with jobs since `until`
+        self.states: dict[str, list[float]] = {}  # their STATE as last published
+        self.touched: set[str] = set()  # users whose jobs changed since
         self.seen: dict[str, float] = {}  # job id -> end, for the slack window's re-reads
 
     def reload_tail(self) -> None:
@@ -166,17 +168,22 @@ class OnlineHistory:
             limit = _number(v.get("TimelimitRaw", ""))
             cpus = _number(v.get("ReqCPUS", ""))
             self.seen[jid] = end
+            self.touched.add(user)
             self._user(user).add((end, submit, max(runtime, 1.0),
                                   limit * 60 if limit > 0 else -1.0, cpus if cpus >= 0 else -1.0))
             taken += 1
         return taken
 
     def publish(self, now: float) -> None:
+        """Write the file; only the users whose jobs changed since the last one are computed."""
+        self.states.update(user_states({u: self.users[u] for u in self.touched}))
+        self.touched.clear()
         users = self.users
-        if len(users) > MAX_USERS:  # the users with the latest jobs
-            keep = sorted(users, key=lambda u: users[u].jobs[-1][0] if users[u].jobs else 0)[-MAX_USERS:]
-            users = {u: users[u] for u in keep}
-        write_atomic(self.path, to_lua(user_states(users), now, self.until))
+        names = list(users)
+        if len(names) > MAX_USERS:  # the users with the latest jobs
+            names = sorted(names, key=lambda u: users[u].jobs[-1][0] if users[u].jobs else 0)[-MAX_USERS:]
+        states = {u: self.states[u] for u in names if u in self.states}
+        write_atomic(self.path, to_lua(states, now, self.until))
 
 
 def _sacct_time(t: float) -> str:

@@ -232,7 +232,8 @@ def read_sacct(texts: Iterable[str | ChunkText], fields: Sequence[str] = FIELDS,
     for chunk in texts:
         text = chunk.rows if isinstance(chunk, ChunkText) else chunk
         if isinstance(chunk, ChunkText):  # a later chunk's name wins, as its row does
-            names = {**(names or {}), **chunk.names}
+            names = {} if names is None else names
+            names.update(chunk.names)
         if not text.strip():
             continue
         body = text if text.endswith("\n") else text + "\n"

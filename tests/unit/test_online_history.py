@@ -125,3 +125,27 @@ def test_a_re_export_starts_the_history_again_from_its_tail(jobs: pd.DataFrame, 
     tail.write_text("{broken")
     online.reload_tail()
     assert online.until == second and any("the last tail stays" in m for m in logs)
+
+
+def test_only_the_users_whose_jobs_changed_are_computed_again(jobs: pd.DataFrame, tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    import slurm_hetero.bridge.history as H
+
+    jobs = jobs.assign(req_time_s=(jobs["req_time_s"] // 60) * 60)
+    until, later = _cut(jobs, 0.6), _cut(jobs, 0.8)
+    write_tail(jobs, until, tmp_path / "m.tail.json")
+    online = OnlineHistory(Runner(), tmp_path / "h.lua", tmp_path / "m.tail.json", clock=lambda: later)
+    after = jobs[(jobs["end"] >= until) & (jobs["end"] < later)]
+    online.take(_rows(after))
+    online.publish(later)
+    computed: list[set[str]] = []
+    real = H.user_states
+    monkeypatch.setattr(H, "user_states", lambda users: computed.append(set(users)) or real(users))
+    one = after[after["user"] == after["user"].iloc[0]].iloc[:1].assign(end=later - 1)
+    online.take(_rows(one).replace("1000", "99999", 1))  # a new job id of that user
+    online.publish(later)
+    assert computed == [{one["user"].iloc[0]}]
+    fresh = user_states(online.users)
+    assert set(fresh) == set(online.states)
+    for u, values in fresh.items():  # prefix sums over other users: the last bits may differ
+        np.testing.assert_allclose(online.states[u], values, rtol=1e-9, err_msg=u)
