@@ -3,8 +3,9 @@ plain AVEbsld per window (with a 95% t-interval over windows), mean waits, utili
 jobs killed before their user's limit, and the replay's own cost in real seconds per
 trace hour.
 
-    .venv/bin/python benchmarks/replay_kth.py [--windows 3] [--pick spread|busiest] [--min-jobs 30]
-        [--first 0] [--hours 1] [--warmup-hours 1] [--drain-hours 0.5] [--speed 20]
+    .venv/bin/python benchmarks/replay_kth.py [--windows 3] [--pick spread|busiest|band] [--min-jobs 30]
+        [--band 0.8,1.5] [--first 0] [--hours 1] [--warmup-hours 1] [--drain-hours 0.5]
+        [--drain-until ended|started] [--speed 20]
         [--users root|local] [--arms plain,bridge] [--trace PATH --site SITE] [--workdir DIR] [--json OUT]
     .venv/bin/python benchmarks/replay_kth.py --breakdown OUT.json   (a saved run, again)
 
@@ -15,7 +16,9 @@ the model's per-user history applies; `root` (the default) changes nothing on th
 but then the bridge knows no user's history. Windows are spread evenly over the trace
 (`--pick spread`, the default), or are the --windows non-overlapping windows with the highest
 demand ÷ capacity (`--pick busiest`, `replay windows`) among those with at least --min-jobs
-submissions: where a queue forms and a scheduler can make a difference. Either way the first
+submissions: where a queue forms and a scheduler can make a difference), or (`--pick band`,
+`window.in_band`) evenly spread over every window whose demand ÷ capacity, counting the work
+already running at its start, lies within --band: a queue forms and can drain. Either way the first
 tenth of the trace is left as the model's history. `--first K` skips the first K windows picked
 (to rerun one). `--arms`: plain and any bridge arms (e.g. bridge-nolimits, the model's
 priorities without its limits; easy++, the last-two-average reference with the same online
@@ -46,8 +49,9 @@ from slurm_hetero.fileio import write_json_atomic
 from slurm_hetero.jobs.trace import KTH_SP2
 from slurm_hetero.replay.metrics import ALL, Outcome, slowdown
 from slurm_hetero.replay.run import ArmResult, easy_model, parse_arms, run_arm, train_model
+from slurm_hetero.replay.submit import DRAIN_UNTIL
 from slurm_hetero.replay.trace import read_trace
-from slurm_hetero.replay.window import Capacity, Window, busiest, select
+from slurm_hetero.replay.window import Capacity, Window, busiest, in_band, select
 from slurm_hetero.site import Site, load_site
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -113,7 +117,10 @@ def breakdown(res: dict[str, ArmResult]) -> None:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--windows", type=int, default=1)
-    p.add_argument("--pick", choices=("spread", "busiest"), default="spread")
+    p.add_argument("--pick", choices=("spread", "busiest", "band"), default="spread")
+    p.add_argument("--band", default="0.8,1.5", help="--pick band: LOW,HIGH demand ÷ capacity")
+    p.add_argument("--drain-until", choices=DRAIN_UNTIL, default="ended",
+                   help="started: stop draining once every measured job has started")
     p.add_argument("--min-jobs", type=int, default=30,
                    help="--pick busiest: jobs submitted in the window, at least")
     p.add_argument("--first", type=int, default=0, help="skip the first K windows picked")
@@ -159,7 +166,19 @@ def main() -> int:
     df = read_trace(a.trace)
     lo, hi = float(df["submit"].min()), float(df["submit"].max())
     # The first tenth of the trace is history for the model.
-    if a.pick == "busiest":
+    if a.pick == "band":
+        try:
+            lo_b, hi_b = (float(x) for x in a.band.split(","))
+            first_ok = lo + 0.1 * (hi - lo) + a.warmup_hours * 3600
+            found = in_band(df, Capacity.of(site), a.hours, a.first + a.windows, (lo_b, hi_b),
+                            min_jobs=a.min_jobs, not_before=first_ok, gap_s=a.warmup_hours * 3600)
+        except (ValueError, InputError) as e:
+            print(f"--band {a.band}: {e}", file=sys.stderr)
+            return 2
+        starts = [s for s, _ in found][a.first:a.first + a.windows]
+        print(f"windows with demand/capacity in [{a.band}]: "
+              + ", ".join(f"{s} ({r:.2f})" for s, r in found if s in starts))
+    elif a.pick == "busiest":
         found = busiest_windows(df, site, a.hours, a.first + a.windows, a.min_jobs, a.warmup_hours)
         starts = [s for s, _ in found][a.first:a.first + a.windows]
         print("busiest windows (demand/capacity): " + ", ".join(f"{s} ({r:.2f})" for s, r in found
@@ -186,7 +205,7 @@ def main() -> int:
             t = time.monotonic()
             res[arm.name] = run_arm(DevReplayCluster, base / f"w{i}" / arm.name, site, sel, w, arm, a.speed,
                                     models[arm.predictor] if arm.model else None, drain_hours=a.drain_hours,
-                                    users=a.users)
+                                    users=a.users, drain_until=a.drain_until)
             print(f"  window {i} ({w.start}) {arm.name}: {time.monotonic() - t:.0f} s real", flush=True)
         if a.json:
             saved.append({"start": w.start, "arms": {k: r.to_json() for k, r in res.items()}})

@@ -48,7 +48,7 @@ from slurm_hetero.replay.metrics import (
     release_lags,
     runtime_errors,
 )
-from slurm_hetero.replay.submit import BODY, Progress, Request, Submitter, WorkSpec, work_body
+from slurm_hetero.replay.submit import BODY, DRAIN_UNTIL, Progress, Request, Submitter, WorkSpec, work_body
 from slurm_hetero.replay.window import Selection, Window, account_for, check_speed
 from slurm_hetero.site.model import Site
 from slurm_hetero.slurm.commands import cancel_argv, sacctmgr_argv
@@ -307,15 +307,19 @@ def progress_line(arm: str, window: Window, p: Progress, total: int) -> str:
 def run_arm(factory: ClusterFactory, workdir: Path, site: Site, sel: Selection, window: Window,
             arm: Arm, speed: float, model: Path | None = None, say: Say | None = None,
             drain_hours: float | None = None, lead_s: float = 2.0, users: str = "root",
-            save: Path | None = None, on_start: Callable[[float], None] | None = None) -> ArmResult:
+            save: Path | None = None, on_start: Callable[[float], None] | None = None,
+            drain_until: str = "ended") -> ArmResult:
     """Replay `sel` (the window's jobs) on a fresh cluster; `model`: for bridge arms with a
     model. `save`: write the arm's result there as soon as it is known (JSON). `on_start`:
-    called with t0 (the faked time of the window's start) before the first submission."""
+    called with t0 (the faked time of the window's start) before the first submission.
+    `drain_until`: "started" stops once every measured job has started (submit.DRAIN_UNTIL)."""
     if arm.model and model is None:
         raise InputError(f"arm {arm.name} needs a runtime model (--model)")
     if not sel.jobs:
         raise InputError("no job of the trace falls in this window (see --start, --hours)")
     speed = check_speed(speed)
+    if drain_until not in DRAIN_UNTIL:
+        raise InputError(f"--drain-until {drain_until}: choose {' or '.join(DRAIN_UNTIL)}")
     if users not in USERS:
         raise InputError(f"--users {users}: choose {' or '.join(USERS)}")
     if users == "local":
@@ -352,7 +356,7 @@ def run_arm(factory: ClusterFactory, workdir: Path, site: Site, sel: Selection, 
         t_replay = time.monotonic()
         sub.run()
         deadline = None if drain_hours is None else t0 + (window.hours + drain_hours) * 3600
-        all_ended = sub.drain(deadline)
+        all_ended = sub.drain(deadline, until=drain_until)
         end_now = clock.now()
         since, until = t0 + first - 3600, end_now + 3600
         text = (sacct.fetch_settled(runner, since, until) if all_ended

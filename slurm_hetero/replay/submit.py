@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from slurm_hetero.errors import RuntimeFailure
+from slurm_hetero.errors import InputError, RuntimeFailure
 from slurm_hetero.replay.clockmap import ClockMap
 from slurm_hetero.replay.window import ReplayJob
 from slurm_hetero.slurm.commands import release_argv, sbatch_script_argv, squeue_states_argv
@@ -30,6 +30,9 @@ from slurm_hetero.slurm.runner import Runner
 
 BODY = ("#!/bin/sh\n# slurm-hetero replay: a trace job's body, its runtime on the cluster's clock\n"
         "exec sleep \"$1\"\n")
+# How long a replay drains after its last submission: until every job has ended, or until
+# every measured job has started (its wait, and so its slowdown, is known then).
+DRAIN_UNTIL = ("ended", "started")
 ACTIVE = ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED", "REQUEUED", "RESIZING")
 
 
@@ -151,6 +154,7 @@ class Progress:
     running: int = 0
     ended: int = 0
     trace_s: float = 0.0  # trace seconds since the window's start
+    measured_pending: int = 0  # measured jobs not started yet
 
 
 @dataclass
@@ -198,24 +202,25 @@ class Submitter:
         for s in due:
             s.released = now
 
-    def queue_counts(self) -> tuple[int, int, int]:
-        """(pending, running, ended) of the jobs submitted here (squeue keeps ended jobs for
-        MinJobAge; a job it no longer lists has ended)."""
+    def queue_counts(self) -> tuple[int, int, int, int]:
+        """(pending, running, ended, measured jobs pending) of the jobs submitted here
+        (squeue keeps ended jobs for MinJobAge; a job it no longer lists has ended)."""
         out = self.runner.out(squeue_states_argv(), timeout=30)
         state = dict(ln.split(None, 1) for ln in out.splitlines() if " " in ln)
-        pending = running = 0
+        pending = running = measured_pending = 0
         for s in self.subs:
             st = state.get(s.job_id, "").strip()
             if st == "PENDING":
                 pending += 1
+                measured_pending += s.job.measured
             elif st in ACTIVE:
                 running += 1
-        return pending, running, len(self.subs) - pending - running
+        return pending, running, len(self.subs) - pending - running, measured_pending
 
     def progress(self) -> Progress:
-        pending, running, ended = self.queue_counts()
+        pending, running, ended, measured_pending = self.queue_counts()
         return Progress(len(self.subs), sum(s.released is not None for s in self.subs),
-                        pending, running, ended, self.clock.now() - self.t0)
+                        pending, running, ended, self.clock.now() - self.t0, measured_pending)
 
     def run(self) -> None:
         """Submit and release every job at its time; returns when the last is released."""
@@ -249,15 +254,19 @@ class Submitter:
                 wait = self.clock.real(min(upcoming)) - time.time()
                 time.sleep(min(max(wait, 0.0), 0.5))
 
-    def drain(self, deadline: float | None, poll_s: float = 1.0) -> bool:
-        """Wait until every submitted job has ended, or the faked `deadline`; True: all ended."""
+    def drain(self, deadline: float | None, poll_s: float = 1.0, until: str = "ended") -> bool:
+        """Wait until every submitted job has ended (`until="started"`: until every measured
+        job has started, which fixes its wait and so its slowdown: the rest need not end),
+        or the faked `deadline`; True: all ended."""
+        if until not in DRAIN_UNTIL:
+            raise InputError(f"--drain-until {until}: choose {' or '.join(DRAIN_UNTIL)}")
         last_say = time.monotonic()
         while True:
             p = self.progress()
-            if p.pending + p.running == 0:
+            if p.pending + p.running == 0 or (until == "started" and p.measured_pending == 0):
                 if self.say:
                     self.say(p)
-                return True
+                return p.pending + p.running == 0
             if deadline is not None and self.clock.now() >= deadline:
                 return False
             if self.say and time.monotonic() - last_say >= self.every_s:

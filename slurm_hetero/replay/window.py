@@ -388,6 +388,35 @@ def busiest(df: pd.DataFrame, capacity: Capacity, hours: float, count: int,
     return chosen
 
 
+def in_band(df: pd.DataFrame, capacity: Capacity, hours: float, count: int, band: tuple[float, float],
+            min_jobs: int = 0, not_before: float | None = None,
+            gap_s: float = 0.0) -> list[tuple[int, float]]:
+    """`count` windows of `hours`, evenly spread in time over every window whose demand ÷
+    capacity (with the work already running at its start: `demand_ratios(carry_over=True)`)
+    lies within `band` — a queue forms and can drain, so the scheduler's choices matter —
+    with at least `min_jobs` submissions, none before `not_before`, none within `gap_s` of
+    the previous one's end (a warm-up of its own). A rule fixed before any replay, so the
+    windows cannot be the ones that came out well. (start, ratio), in time order."""
+    lo, hi = band
+    if not 0 < lo <= hi:
+        raise InputError(f"--band {lo:g},{hi:g}: give 0 < LOW <= HIGH")
+    if count < 1:
+        raise InputError(f"--windows {count}: give 1 or more")
+    starts, ratio = demand_ratios(df, capacity, hours, carry_over=True)
+    span = round(hours * 3600)
+    submit = np.sort(df.loc[df["submit"].notna(), "submit"].to_numpy(dtype="float64"))
+    jobs = np.searchsorted(submit, starts + span, side="left") - np.searchsorted(submit, starts, side="left")
+    fits: list[tuple[int, float]] = []
+    for s, r, n in zip(starts, ratio, jobs, strict=True):
+        if lo <= r <= hi and n >= min_jobs and (not_before is None or s >= not_before) \
+                and (not fits or s >= fits[-1][0] + span + gap_s):
+            fits.append((int(s), float(r)))
+    if len(fits) <= count:
+        return fits
+    return [fits[round(i * (len(fits) - 1) / (count - 1))] for i in range(count)] if count > 1 \
+        else [fits[len(fits) // 2]]
+
+
 _BUSIEST = re.compile(r"^busiest(?::(\d{1,4}))?$")
 
 
