@@ -4,7 +4,7 @@ jobs killed before their user's limit, and the replay's own cost in real seconds
 trace hour.
 
     .venv/bin/python benchmarks/replay_kth.py [--windows 3] [--pick spread|busiest|band] [--min-jobs 30]
-        [--band 0.8,1.5] [--first 0] [--hours 1] [--warmup-hours 1] [--drain-hours 0.5]
+        [--band 0.8,1.5 --of 10] [--first 0] [--hours 1] [--warmup-hours 1] [--drain-hours 0.5]
         [--drain-until ended|started] [--speed 20]
         [--users root|local] [--arms plain,bridge] [--trace PATH --site SITE] [--workdir DIR] [--json OUT]
     .venv/bin/python benchmarks/replay_kth.py --breakdown OUT.json   (a saved run, again)
@@ -119,6 +119,9 @@ def main() -> int:
     p.add_argument("--windows", type=int, default=1)
     p.add_argument("--pick", choices=("spread", "busiest", "band"), default="spread")
     p.add_argument("--band", default="0.8,1.5", help="--pick band: LOW,HIGH demand ÷ capacity")
+    p.add_argument("--of", type=int, default=None,
+                   help="--pick band: how many windows the rule spreads (default --first + --windows); "
+                        "with --first K --windows 1, each run replays the K-th of the same --of")
     p.add_argument("--drain-until", choices=DRAIN_UNTIL, default="ended",
                    help="started: stop draining once every measured job has started")
     p.add_argument("--min-jobs", type=int, default=30,
@@ -170,7 +173,7 @@ def main() -> int:
         try:
             lo_b, hi_b = (float(x) for x in a.band.split(","))
             first_ok = lo + 0.1 * (hi - lo) + a.warmup_hours * 3600
-            found = in_band(df, Capacity.of(site), a.hours, a.first + a.windows, (lo_b, hi_b),
+            found = in_band(df, Capacity.of(site), a.hours, a.of or a.first + a.windows, (lo_b, hi_b),
                             min_jobs=a.min_jobs, not_before=first_ok, gap_s=a.warmup_hours * 3600)
         except (ValueError, InputError) as e:
             print(f"--band {a.band}: {e}", file=sys.stderr)
