@@ -90,6 +90,36 @@ def test_a_refused_submission_is_recorded_not_fatal(tmp_path: Path) -> None:
     assert len(sub.subs) == 2
 
 
+def test_drain_until_started_stops_once_every_measured_job_has_left_the_queue(tmp_path: Path) -> None:
+    """`until="started"` returns when no measured job pends (its wait is known), not when every
+    job has ended; a pending warm-up job does not hold it, a pending measured one does."""
+    @dataclass
+    class Queue(FakeSlurm):
+        states: dict[str, str] = field(default_factory=dict)
+
+        def run(self, argv: Sequence[str], **kw: object) -> subprocess.CompletedProcess[str]:  # type: ignore[override]
+            if argv[0] == "squeue":
+                out = "".join(f"{i} {st}\n" for i, st in self.states.items())
+                return subprocess.CompletedProcess(list(argv), 0, out, "")
+            return super().run(argv)
+
+    clock = ClockMap(time.time(), 0.0, SPEED)
+    slurm = Queue(clock=clock)
+    jobs = [ReplayJob("w", -100, 60, 5, 1, 0, "1", False), ReplayJob("m", 10, 60, 5, 1, 0, "1", True)]
+    sub = Submitter(slurm, jobs, clock, clock.now() + 20, Request(False), tmp_path / "j", tmp_path, lead_s=0.1)
+    sub.run()
+    warm, measured = (s.job_id for s in sub.subs)
+    slurm.states = {warm: "PENDING", measured: "RUNNING"}
+    assert sub.drain(None, poll_s=0.01, until="started") is False  # stopped: nothing ended
+    slurm.states = {warm: "RUNNING", measured: "PENDING"}
+    assert sub.drain(clock.now() + 0.05 * SPEED, poll_s=0.01, until="started") is False  # deadline
+    assert sub.progress().measured_pending == 1
+    slurm.states = {}
+    assert sub.drain(None, poll_s=0.01) is True
+    with pytest.raises(InputError, match="--drain-until never"):
+        sub.drain(None, until="never")
+
+
 def test_calibration_refuses_a_client_off_the_shared_clock() -> None:
     class Date(Runner):
         def __init__(self, speed: float) -> None:

@@ -12,7 +12,7 @@ from slurm_hetero.errors import InputError
 from slurm_hetero.jobs import table as jobtable
 from slurm_hetero.replay.cli import replay_group
 from slurm_hetero.replay.trace import resolve_start
-from slurm_hetero.replay.window import Capacity, busiest, busiest_rank, demand_ratios
+from slurm_hetero.replay.window import Capacity, busiest, busiest_rank, demand_ratios, in_band
 from slurm_hetero.site import load_site
 
 DATA = Path(__file__).resolve().parents[1] / "data"
@@ -123,3 +123,23 @@ def test_windows_command_prints_the_busiest() -> None:
         "windows", "--trace", str(data / "traces" / "alibaba-gpu-2023-head-pods.csv"),
         "--site", str(data / "replay" / "alibaba-site-small.yaml"), "--min-jobs", "1000"])
     assert r.exit_code == 0 and r.output == "no window of 1 h has 1000 or more submissions\n", r.output
+
+
+def test_band_windows_are_spread_over_the_loaded_hours_never_the_idle_or_flooded_ones() -> None:
+    """in_band keeps windows whose demand ÷ capacity (with what already runs) lies in the band,
+    spreads the count evenly over them in time order, and refuses a bad band."""
+    rows = [(h * 3600.0, 600.0, 1.0, 0.0) for h in range(48)]  # idle: ~0.0 of 100 CPUs
+    loaded = (6, 14, 22, 30, 38)
+    for h in loaded:  # 100 CPUs busy for the hour: ratio about 1
+        rows += [(h * 3600.0 + 60 * i, 3600.0, 10.0, 0.0) for i in range(10)]
+    rows += [(44 * 3600.0 + 60 * i, 3600.0, 100.0, 0.0) for i in range(10)]  # 10x flooded
+    df = trace(rows)
+    cap = Capacity(cpus=100, accel=0, max_limit_min=None)
+    found = in_band(df, cap, 1.0, 10, (0.8, 1.5))
+    assert {s // 3600 for s, _ in found} == set(loaded), found
+    assert all(0.8 <= r <= 1.5 for _, r in found)
+    three = in_band(df, cap, 1.0, 3, (0.8, 1.5))
+    assert [s // 3600 for s, _ in three] == [6, 22, 38]  # first, middle, last of the five
+    assert [s // 3600 for s, _ in in_band(df, cap, 1.0, 10, (0.8, 1.5), not_before=20 * 3600)] == [22, 30, 38]
+    with pytest.raises(InputError, match="--band"):
+        in_band(df, cap, 1.0, 3, (1.5, 0.8))

@@ -1,0 +1,121 @@
+"""Merge one log's replay campaign: windows replayed one per run of replay_kth.py (each its
+own JSON, so a killed session loses one window at most) into the figures issue 34 asks for.
+
+    .venv/bin/python benchmarks/replay_campaign.py --log KTH-SP2 PART.json... \
+        --out benchmarks/results/replay-kth-band.json [--merged MERGED.json]
+
+Per window: each arm's AVEbsld, mean wait, measured jobs never started when the replay stopped
+looking, jobs killed before / at their limit, and the replay's own fidelity (release lag and
+runtime error, trace seconds); over windows: each arm ÷ plain and bridge ÷ easy++ (AVEbsld and
+mean wait), the mean of the per-window ratios with a 95% Student t-interval. `--merged` also
+writes the windows as one `replay merge` document, which `slurm-hetero report --replay FILE`
+turns into the report's "What-if replay" section (wait CDF per arm, per-window ratios).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from slurm_hetero.errors import InputError
+from slurm_hetero.fileio import write_json_atomic
+from slurm_hetero.replay import merge, report
+from slurm_hetero.replay.metrics import ALL
+from slurm_hetero.replay.run import ArmResult
+
+PAIRS = (("bridge", "plain"), ("easy++", "plain"), ("bridge", "easy++"))
+
+
+def _fig(r: ArmResult, name: str) -> float | None:
+    f = r.figures.get(ALL)
+    return getattr(f, name) if f is not None else None
+
+
+def window_row(start: int, res: dict[str, ArmResult]) -> dict[str, Any]:
+    arms = {}
+    for name, r in res.items():
+        measured = [o for o in r.outcomes if o.measured]
+        lag, err = r.to_json()["release_lag"], r.to_json()["runtime_error"]
+        arms[name] = {
+            "ave_bsld": _fig(r, "ave_bsld"), "wait_mean": _fig(r, "wait_mean"),
+            "measured": len(measured), "never_started": sum(o.start is None for o in measured),
+            "killed_early": _fig(r, "killed_early"), "killed_at_limit": _fig(r, "killed_at_limit"),
+            "all_ended": r.all_ended, "real_s": r.seconds.get("total"),
+            # The replay's own error, trace seconds: release after due, run beyond the trace's.
+            "fidelity": {"release_lag_p90_s": lag.get("p90_abs"), "runtime_error_p50_s": err.get("p50_abs"),
+                         "runtime_error_p90_s": err.get("p90_abs")},
+        }
+    return {"start": start, "hours": next(iter(res.values())).window.hours, "arms": arms}
+
+
+def ratios(rows: list[dict[str, Any]], key: str) -> dict[str, Any]:
+    out = {}
+    for a, b in PAIRS:
+        per = [r["arms"][a][key] / r["arms"][b][key] for r in rows
+               if a in r["arms"] and b in r["arms"] and r["arms"][b][key] and r["arms"][a][key] is not None]
+        ci = merge.t_interval(per)
+        out[f"{a}/{b}"] = {"per_window": per, "mean": statistics.mean(per) if per else None,
+                           "median": statistics.median(per) if per else None,
+                           "ci95": list(ci) if ci else None, "windows": len(per)}
+    return out
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("parts", nargs="+", type=Path)
+    p.add_argument("--log", required=True, help="the log's name, as the results say it")
+    p.add_argument("--out", required=True, type=Path)
+    p.add_argument("--merged", type=Path, default=None)
+    a = p.parse_args()
+    rows, commands = [], []
+    windows: list[tuple[Path, dict[str, ArmResult]]] = []
+    for path in sorted(a.parts):
+        try:
+            doc = json.loads(path.read_text())
+            for w in doc["windows"]:
+                res = {k: ArmResult.from_json(v) for k, v in w["arms"].items()}
+                rows.append(window_row(int(w["start"]), res))
+                windows.append((path, res))
+            commands.append(doc["command"])
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            print(f"{path}: not a replay_kth.py result: {e}", file=sys.stderr)
+            return 2
+    rows.sort(key=lambda r: r["start"])
+    summary = {"log": a.log, "windows": len(rows), "commands": commands,
+               "ratios": {"ave_bsld": ratios(rows, "ave_bsld"), "wait_mean": ratios(rows, "wait_mean")},
+               "killed_early": {k: sum(r["arms"][k]["killed_early"] or 0 for r in rows if k in r["arms"])
+                                for k in rows[0]["arms"]} if rows else {},
+               "per_window": rows}
+    write_json_atomic(str(a.out), summary, indent=1)
+    if a.merged:
+        with tempfile.TemporaryDirectory() as tmp:
+            paths = []
+            for i, (_, res) in enumerate(windows):
+                meta = {"site": a.log, "speed": res["plain"].speed}
+                d = report.document(list(res.values()), None, None, meta)
+                paths.append(Path(tmp) / f"window-{i}" / "replay.json")
+                report.write(d, paths[-1])
+            try:
+                merged = merge.merge(paths)
+            except InputError as e:
+                print(e, file=sys.stderr)
+                return 2
+            for w, (part, _) in zip(merged["windows"], windows, strict=True):
+                w["file"] = str(part)
+            merge.write(merged, a.merged)
+    for key in ("ave_bsld", "wait_mean"):
+        for pair, r in summary["ratios"][key].items():
+            ci = f"[{r['ci95'][0]:.2f}, {r['ci95'][1]:.2f}]" if r["ci95"] else "(no interval)"
+            mean = "-" if r["mean"] is None else f"{r['mean']:.2f}"
+            print(f"{a.log} {key} {pair}: mean {mean} {ci} over {r['windows']} window(s)")
+    print(f"killed before their user's limit: {summary['killed_early']}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
