@@ -203,6 +203,34 @@ def wait_cdf(rep: Replay) -> Plot:
                 "started within it)", "lines", frame, "share of jobs")
 
 
+def window_ratios(rep: Replay) -> Plot:
+    """Per window (in trace order), each arm's AVEbsld ÷ the baseline's, beside the mean of
+    those ratios and its 95% interval (flat lines, from the merged comparison): how much the
+    windows agree, which one number hides."""
+    order = sorted(range(len(rep.windows)), key=lambda i: rep.windows[i][rep.arms[0]].start)
+    base = rep.arms[0]
+    series: dict[str, list[float]] = {}
+    for top in rep.comparison:
+        arm = top.get("arm")
+        if arm not in rep.arms or arm == base:
+            continue
+        per = []
+        for i in order:
+            a = rep.windows[i][base].figures.get(ALL, {}).get("ave_bsld")
+            b = rep.windows[i][arm].figures.get(ALL, {}).get("ave_bsld")
+            per.append(b / a if a and b is not None else np.nan)
+        series[f"{arm} ÷ {base}"] = per
+        ci = top.get("ave_bsld_ci95")
+        if top.get("ave_bsld_ratio") is not None:
+            series[f"{arm} mean"] = [float(top["ave_bsld_ratio"])] * len(order)
+        if ci:
+            series[f"{arm} 95% low"] = [float(ci[0])] * len(order)
+            series[f"{arm} 95% high"] = [float(ci[1])] * len(order)
+    frame = pd.DataFrame(series, index=np.arange(1, len(order) + 1))
+    return Plot("replay_window_ratios", f"AVEbsld ÷ {base} per window (x: window, in trace order; "
+                "flat lines: the mean ratio and its 95% interval over windows)", "lines", frame, "ratio")
+
+
 def _buckets(hours: float) -> np.ndarray:
     step = max(60.0, hours * 3600 / UTIL_BUCKETS)
     return np.arange(0.0, hours * 3600 + 1e-9, step)
@@ -264,6 +292,8 @@ def replay_section(rep: Replay) -> Section:
     if rep.merged:
         sec.tables.append(windows_table(rep))
     sec.plots.append(wait_cdf(rep))
+    if rep.merged and rep.comparison:
+        sec.plots.append(window_ratios(rep))
     plots, notes = utilisation_plots(rep)
     sec.plots.extend(plots)
     speed = rep.meta.get("speed")

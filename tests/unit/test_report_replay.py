@@ -59,6 +59,14 @@ def test_a_merged_file_averages_windows_and_shows_the_interval(tmp_path: Path) -
     assert len(tables["replay_windows"]) == 2
     cmp = tables["replay_comparison"].iloc[0]
     assert cmp["AVEbsld_ci95"].startswith("-0.37 to 1.88") and cmp["comparable"]
+    ratios = next(pl for pl in sec.plots if pl.slug == "replay_window_ratios").frame
+    r1 = (650 / 600 + 700 / 600) / (700 / 600 + 900 / 600)  # the windows' AVEbsld ratios (test_replay_merge)
+    r2 = (1200 / 600) / (1800 / 600)
+    assert list(ratios.columns) == ["bridge ÷ plain", "bridge mean", "bridge 95% low", "bridge 95% high"]
+    assert list(ratios["bridge ÷ plain"]) == pytest.approx([r1, r2])  # in trace order
+    assert list(ratios["bridge mean"]) == pytest.approx([(r1 + r2) / 2] * 2)
+    assert [ratios["bridge 95% low"].iloc[0], ratios["bridge 95% high"].iloc[1]] == pytest.approx([-0.37, 1.88],
+                                                                                               abs=0.005)
     (plot,), _ = utilisation_plots(rep)
     # Minute 5: window 1 has both jobs on (80%), window 2 its one job from 1200 s (0%); mean 40%.
     assert plot.frame["plain"].iloc[5] == pytest.approx(40.0)
@@ -83,8 +91,8 @@ def test_the_section_loads_cleanly_and_every_plot_draws(tmp_path: Path) -> None:
         page = open_in_chromium(html, tmp_path / name)
         assert page.console == [], name
         assert page.plots == page.drawn > 0, name
-        if not extra:
-            assert page.plots == 2, name  # the wait CDF and the one pool's utilisation
+        if not extra:  # the wait CDF and the one pool's utilisation (merged: the per-window ratios too)
+            assert page.plots == (2 if name == "single" else 3), name
         text = html.read_text()
         assert '<section id="replay">' in text and "What-if replay" in text
         ave = "1.33" if name == "single" else "1.89"  # plain's AVEbsld: window 1, or pooled
