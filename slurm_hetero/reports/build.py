@@ -6,6 +6,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -17,8 +18,9 @@ from slurm_hetero.jobs import table
 from slurm_hetero.jobs.capacity import Capacity, site_capacity
 from slurm_hetero.jobs.sacct import from_sacct
 from slurm_hetero.jobs.traces import read_trace
+from slurm_hetero.reports.bottlenecks import BottleneckSection, bottleneck_section
 from slurm_hetero.reports.metrics import build_report
-from slurm_hetero.reports.model import Report
+from slurm_hetero.reports.model import Report, Section
 from slurm_hetero.reports.outages import fetch_outages
 from slurm_hetero.reports.pending import parse_squeue_pending, pending_text
 from slurm_hetero.reports.period import Period
@@ -165,6 +167,8 @@ def sacct_report(site: Site | None, runner: Runner, period: Period, partition: s
     cluster = f"cluster {ident['clustername']}" if "clustername" in ident else ident["conf"]
     label = f"sacct of {cluster} ({days.fetched} day(s) fetched, {days.hits} from cache)"
     rep = build_report(jobs, cap, period, label, pending, notes, partition, now, lost, limits)
+    if not rep.empty:
+        insert_after(rep, bottleneck_section(jobs, period, now), "waits")
     if power and not rep.empty:
         rep.sections.append(power_section(power_history, jobs, pool_idle_power(site) if site else None))
     return rep
@@ -193,6 +197,29 @@ def trace_report(path: Path, since: str | None = None, until: str | None = None,
     # "Still waiting" and wait-so-far are as of the trace's end, not of today.
     rep = build_report(jobs, trace.capacity, period, trace.label, None, trace.notes, partition,
                        now=period.end)
+    if not rep.empty:
+        insert_after(rep, bottleneck_section(jobs, period, period.end), "waits")
     if power_history is not None and not rep.empty:
         rep.sections.append(power_section(power_history, jobs))
     return rep
+
+
+def insert_after(rep: Report, section: Section, key: str) -> None:
+    """Put `section` right after the section `key` (at the end when there is none)."""
+    keys = [s.key for s in rep.sections]
+    rep.sections.insert(keys.index(key) + 1 if key in keys else len(keys), section)
+
+
+def report_json(rep: Report) -> dict[str, Any]:
+    """What `report --json` prints: source, period, summary and notes, and the bottleneck
+    rules (`bottlenecks`; per replay arm `replay_bottlenecks`). Tables are --csv's."""
+    doc: dict[str, Any] = {
+        "title": rep.title, "source": rep.source,
+        "period": {"start": rep.period.start, "end": rep.period.end, "label": rep.period.label()},
+        "summary": dict(rep.summary), "notes": list(rep.notes), "empty": rep.empty, "bottlenecks": None}
+    for s in rep.sections:
+        if isinstance(s, BottleneckSection) and s.key == "bottlenecks":
+            doc["bottlenecks"] = s.results[0][1].as_dict()
+        elif isinstance(s, BottleneckSection):
+            doc["replay_bottlenecks"] = {arm: r.as_dict() for arm, r in s.results}
+    return doc

@@ -36,11 +36,13 @@ from slurm_hetero.cliutil import console, reports_errors, site_option
 @click.option("--replay", "replay_path", type=click.Path(dir_okay=False, path_type=Path),
               help="Add a 'What-if replay' section from a `replay run` replay.json or a `replay merge` "
                    "output; without --trace the report is of the replay alone (no cluster asked).")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print the summary, notes and the bottleneck rules as JSON instead of tables.")
 @reports_errors
 def report(site_path: Path, since: str | None, until: str | None, partition: str | None,
            output: Path | None, csv_dir: Path | None, trace: Path | None, cache_dir: Path | None,
            no_cache: bool, job_id: str | None, strict: bool, replay_path: Path | None = None,
-           power_history: Path | None = None) -> None:
+           power_history: Path | None = None, as_json: bool = False) -> None:
     """Accounting report: utilisation, waits, energy, predictions, bridge decisions, users."""
     if job_id is not None:
         given = (("--trace", trace), ("--csv", csv_dir), ("--since", since), ("--until", until),
@@ -48,8 +50,10 @@ def report(site_path: Path, since: str | None, until: str | None, partition: str
         clash = [o for o, v in given if v]
         if clash:
             raise click.UsageError(f"--job shows one job's page: it takes no {', '.join(clash)}")
-        _job(job_id, site_path, output, as_json=False)
+        _job(job_id, site_path, output, as_json)
         return
+    if as_json and output:
+        raise click.UsageError("--json prints to stdout and -o writes HTML: give one of them")
     from slurm_hetero.reports import (
         print_report,
         resolve_period,
@@ -58,6 +62,7 @@ def report(site_path: Path, since: str | None, until: str | None, partition: str
         write_csv,
         write_html,
     )
+    from slurm_hetero.reports.bottlenecks import replay_bottleneck_section
     from slurm_hetero.site import load_site
     from slurm_hetero.slurm.runner import Runner
     from slurm_hetero.slurm.sacct import default_cache_dir
@@ -81,10 +86,21 @@ def report(site_path: Path, since: str | None, until: str | None, partition: str
                            power=True, power_history=power_history or default_history(site))
     if replayed is not None and trace:
         rep.sections.append(whatif.replay_section(replayed))
+    if replayed is not None:
+        rep.sections.append(replay_bottleneck_section(replayed))
     if csv_dir:
-        console.print(f"wrote {len(write_csv(rep, csv_dir))} CSV files to {csv_dir}", markup=False,
-                      highlight=False)
-    if output:
+        wrote = f"wrote {len(write_csv(rep, csv_dir))} CSV files to {csv_dir}"
+        if as_json:  # stdout is the JSON document's
+            click.echo(wrote, err=True)
+        else:
+            console.print(wrote, markup=False, highlight=False)
+    if as_json:
+        import json
+
+        from slurm_hetero.reports.build import report_json
+
+        click.echo(json.dumps(report_json(rep), indent=1, default=str))
+    elif output:
         console.print(f"wrote {write_html(rep, output)}" + (f" ({rep.empty})" if rep.empty else ""),
                       markup=False, highlight=False)
     else:

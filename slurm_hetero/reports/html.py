@@ -22,6 +22,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import FixedLocator, FuncFormatter, MaxNLocator
 
 from slurm_hetero.reports import fmt
+from slurm_hetero.reports.bottlenecks import BottleneckSection
 from slurm_hetero.reports.files import write_atomic
 from slurm_hetero.reports.model import Plot, Report, Table
 from slurm_hetero.templating import environment
@@ -133,6 +134,9 @@ def render_html(report: Report) -> str:
             "plots": [{"slug": p.slug, "title": p.title,
                        "src": "data:image/svg+xml;base64," + base64.b64encode(plot_svg(p).encode()).decode()}
                       for p in s.plots if len(p.frame)],
+            # Bottleneck rules read as sentences; their numbers are also in the section's tables.
+            "rules": [{"title": f"Arm {arm}" if arm else "", "sentences": r.sentences()}
+                      for arm, r in (s.results if isinstance(s, BottleneckSection) else []) if r.sentences()],
         })
     return env.get_template("report.html.j2").render(
         title=report.title, source=report.source, period=report.period.label(),
