@@ -57,7 +57,7 @@ integration: deps venv spank
 
 test: deps venv spank lint
 	$(MAKE) -s -C spank test
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q --durations=40  # the slowest tests and fixtures, for the next cut in suite time
 
 # The integration suite against Slurm 24.11 (Debian 13's packages in a debootstrapped trixie
 # root, reused; as root): make test-24.11 ARGS='tests/integration/test_bridge.py -x'

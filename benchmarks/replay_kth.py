@@ -201,6 +201,9 @@ def main() -> int:
         sel = select(df, w, Capacity.of(site))
         models = {"model": train_model(df, w, base / f"w{i}" / "predict.lua", users=a.users)
                   if any(arm.model and arm.predictor == "model" for arm in arms) else None,
+                  "model-central": train_model(df, w, base / f"w{i}" / "central.lua", users=a.users,
+                                               limit="central")
+                  if any(arm.predictor == "model-central" for arm in arms) else None,
                   "easy++": easy_model(df, w, base / f"w{i}" / "easy.lua", users=a.users)
                   if any(arm.predictor == "easy++" for arm in arms) else None}
         res: dict[str, ArmResult] = {}

@@ -1057,7 +1057,10 @@ local function add_prediction(job_desc, set, now, job_partition, tres, record)
     end
     -- The heartbeat matters only where limits may be shortened: no snapshot look-up otherwise.
     if PREDICTED_LIMITS[partition] and user_min and snapshot(now) then
-        local short = max(1, ceil(p90 / 60))
+        -- The limit backfill plans with: the upper quantile, or (`model export --limit
+        -- central`) the central prediction, extended when a job outlives it.
+        local planned = MODEL.limit == "central" and p50 or p90
+        local short = max(1, ceil(planned / 60))
         if short < user_min then
             set.time_limit = short
             pred = pred .. ',"shortened":true,"user_limit_min":' .. itext(user_min)

@@ -194,8 +194,13 @@ def eval_cmd(table: Path, sources: tuple[str, ...], test_fraction: float, json_o
               help="History as of this epoch second [default: after the last job].")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), required=True,
               help="Lua file for the bridge (replaced atomically).")
+@click.option("--limit", type=click.Choice(["upper", "central"]), default="upper", show_default=True,
+              help="On partitions with predicted limits, a job's limit is its upper-quantile prediction "
+                   "(few jobs outlive it) or its central one (backfill plans tighter; about half the jobs "
+                   "are extended by the bridge daemon).")
 @reports_errors
-def export_cmd(model_file: Path, history: Path, source: str | None, until: int | None, output: Path) -> None:
+def export_cmd(model_file: Path, history: Path, source: str | None, until: int | None, output: Path,
+               limit: str) -> None:
     """Compile MODEL and the users' history into one Lua 5.1 chunk for job_submit.lua."""
     from slurm_hetero.jobs import table as jobtable
     from slurm_hetero.predict import export_lua
@@ -205,7 +210,7 @@ def export_cmd(model_file: Path, history: Path, source: str | None, until: int |
     m = Model.load(model_file)
     df = _select(jobtable.read(history), (source,) if source else ())
     users, until = export_lua.users_state(df, until)
-    text = export_lua.render(m, users, until)
+    text = export_lua.render(m, users, until, limit=limit)
     export_lua.write(text, output)
     # Each user's last jobs beside it: the bridge daemon adds the jobs that end later.
     write_tail(df, until, tail_path(output))

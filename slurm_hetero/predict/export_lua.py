@@ -135,15 +135,23 @@ def _no_state() -> list[str]:
             for s in F.STATE]
 
 
+# The prediction a job's limit is made of where limits are predicted: the upper quantile (few
+# jobs outlive it) or the central one (backfill plans tighter; half the jobs are extended).
+LIMITS = ("upper", "central")
+
+
 def export_text(model: Model, history: pd.DataFrame, until: int | None = None,
-                generated_at: int | None = None) -> str:
+                generated_at: int | None = None, limit: str = "upper") -> str:
     """The Lua chunk: trees of both models, the users' state from `history` (one source)."""
     users, until = users_state(history, until)
-    return render(model, users, until, generated_at)
+    return render(model, users, until, generated_at, limit)
 
 
-def render(model: Model, users: dict[str, list[float]], until: int, generated_at: int | None = None) -> str:
-    return _render(users, until, generated_at,
+def render(model: Model, users: dict[str, list[float]], until: int, generated_at: int | None = None,
+           limit: str = "upper") -> str:
+    if limit not in LIMITS:
+        raise InputError(f"--limit {limit}: choose {' or '.join(LIMITS)}")
+    return _render(users, until, generated_at, limit=limit,
                    # A Lua comment line: a source name (a file name) must not end it and start code.
                    trained_on=" ".join((", ".join(model.info.get("sources", [])) or "unknown data").split()),
                    quantile=lua_number(model.quantile), default_runtime=lua_number(model.default_runtime),
@@ -168,7 +176,8 @@ def export_easy(history: pd.DataFrame, until: int | None = None, generated_at: i
     """The EASY++ reference as a model chunk the bridge loads like a trained one (same
     history, same online overlay), for the replay's `easy++` arm."""
     users, until = users_state(history, until)
-    return _render(users, until, generated_at, trained_on="EASY++ (last-two average, no trees)",
+    return _render(users, until, generated_at, limit="central",
+                   trained_on="EASY++ (last-two average, no trees)",
                    quantile=lua_number(0.5), default_runtime=lua_number(EASY_DEFAULT_RUNTIME),
                    upper_shift=lua_number(0.0), partitions=[],
                    central_code=_zero("central"), upper_code=_zero("upper"), correction="tsafrir")

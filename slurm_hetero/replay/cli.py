@@ -19,6 +19,7 @@ from typing import Any
 import click
 
 from slurm_hetero.cliutil import console, reports_errors, required_site_option
+from slurm_hetero.errors import InputError
 from slurm_hetero.replay.backend import ClusterFactory
 
 
@@ -153,7 +154,13 @@ def replay_group(factory: Callable[[Path], Any]) -> click.Group:
         if model == "none":
             arm_list = [dataclasses.replace(a, model=False) if a.model and a.predictor == "model" else a
                         for a in arm_list]
+        central = any(a.predictor == "model-central" for a in arm_list)
+        if central and model != "auto":
+            raise InputError("--arms bridge-central trains its own model: give --model auto")
         predictors = {"model": model_path,
+                      "model-central": train_model(df, window, out / "central.lua", say, users,
+                                                   limit="central")
+                      if central else None,
                       "easy++": easy_model(df, window, out / "easy.lua", users)
                       if any(a.predictor == "easy++" for a in arm_list) else None}
         say(f"window {window.start}..{window.end} (+{window.warmup_hours:g} h warm-up): "

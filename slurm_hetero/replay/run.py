@@ -70,7 +70,8 @@ class Arm:
     # The model's limits in backfill (partitions with predicted_limits) as the site says; off:
     # the model only orders the queue (SiteFactor), every job keeps its user's limit.
     predicted_limits: bool = True
-    # What predicts: "model" (the trained one) or "easy++" (the last-two average, no trees).
+    # What predicts: "model" (the trained one, limits at its upper quantile), "model-central"
+    # (the same model, limits at its central prediction) or "easy++" (the last-two average).
     predictor: str = "model"
 
 
@@ -83,6 +84,8 @@ ARMS = {
     # The classic reference on the same Slurm: EASY++'s predictions as the limits backfill
     # plans with (extended by the daemon as it extends the model's), shortest predicted first.
     "easy++": Arm("easy++", bridge=True, model=True, predictor="easy++"),
+    # The model's central prediction as the limit (`model export --limit central`).
+    "bridge-central": Arm("bridge-central", bridge=True, model=True, predictor="model-central"),
     # bridge-nomodel with pending-job migration: compare it with bridge-nomodel
     "bridge-migrate": Arm("bridge-migrate", bridge=True, model=False, migrate=True),
     # With work bodies (a job on a faster pool ends sooner; a requeued one resumes): without
@@ -401,7 +404,7 @@ def _history_before(trace: pd.DataFrame, window: Window, users: str) -> pd.DataF
 
 
 def train_model(trace: pd.DataFrame, window: Window, out: Path, say: Say | None = None,
-                users: str = "root") -> Path:
+                users: str = "root", limit: str = "upper") -> Path:
     """A runtime model trained only on jobs that ended before the replay's first
     submission, with the users' history as of then, exported for job_submit.lua (its tail
     beside it: the daemon's online history goes on from there)."""
@@ -415,7 +418,8 @@ def train_model(trace: pd.DataFrame, window: Window, out: Path, say: Say | None 
         model = train(before, until=window.first)
     except InputError as e:
         raise InputError(f"--model auto: {e} before the window; start it later or give --model none") from e
-    return _export(export_lua.export_text(model, before, until=window.first), before, window, out)
+    text = export_lua.export_text(model, before, until=window.first, limit=limit)
+    return _export(text, before, window, out)
 
 
 def easy_model(trace: pd.DataFrame, window: Window, out: Path, users: str = "root") -> Path:

@@ -4,14 +4,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from slurm_hetero.bridge.luarun import JobSubmit
 from slurm_hetero.bridge.snapshot import PoolCapacity, to_lua
 from slurm_hetero.conf import Profile, render_site
+from slurm_hetero.errors import InputError
 from slurm_hetero.predict import export_lua
 from slurm_hetero.site import Site
 from slurm_hetero.site.pools import pools
 from slurm_hetero.slurm.comment import parse_comment
-from tests.predict_fixture import history
+from tests.predict_fixture import export_model, history
 
 
 def fresh_snapshot(js: JobSubmit, site: Site, age: int = 1) -> None:
@@ -28,6 +31,23 @@ def test_backfill_partition_gets_the_predicted_limit(js: JobSubmit, site: Site) 
     assert desc["time_limit"] == max(1, -(-d["pred"]["p90"] // 60)) < 10
     assert (d["shortened"], d["user_limit_min"]) == (True, 10)
     assert "ext" not in d  # the trained model's jobs are extended by doubling
+
+
+def test_a_model_exported_with_the_central_limit_plans_with_its_p50(site: Site, tmp_path: Path) -> None:
+    """`model export --limit central`: the same model, the job's limit made of its p50 (the
+    upper quantile still recorded), extended by doubling like the upper one's."""
+    central = export_model(tmp_path / "central.lua", limit="central").read_text()
+    js = JobSubmit(render_site(site, Profile(state_dir=str(tmp_path), model_lua=central))["job_submit.lua"])
+    js.state = tmp_path  # type: ignore[attr-defined]
+    fresh_snapshot(js, site)
+    # user003's history (tests/predict_fixture.py): p50 and p90 hours apart for a 10-hour request
+    rc, desc = js.submit({"arch": "x86_64"}, user_name="user003", time_limit=600, min_cpus=4)
+    d = parse_comment(desc["admin_comment"])
+    assert rc == 0 and -(-d["pred"]["p50"] // 60) < -(-d["pred"]["p90"] // 60), d
+    assert desc["time_limit"] == max(1, -(-d["pred"]["p50"] // 60)) < 600
+    assert (d["shortened"], d["user_limit_min"]) == (True, 600) and "ext" not in d
+    with pytest.raises(InputError, match="--limit middle"):
+        export_model(tmp_path / "bad.lua", limit="middle")
 
 
 def test_the_easy_reference_asks_for_tsafrirs_correction(site: Site, tmp_path: Path) -> None:
