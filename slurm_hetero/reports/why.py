@@ -25,8 +25,9 @@ import os
 import pwd
 import re
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 
 from slurm_hetero.bridge.snapshot import PoolCapacity, build_snapshot
@@ -274,8 +275,8 @@ class QJob:
     node_count: int
     tres_per_node: str
     features: str
-    tres_req: dict[str, float]
-    tres_alloc: dict[str, float]
+    tres_req: Mapping[str, float]
+    tres_alloc: Mapping[str, float]
     gres_detail: tuple[str, ...]
     admin_comment: str
     dependency: str
@@ -302,7 +303,9 @@ def _obj(v: Any) -> dict[str, Any]:
     return v if isinstance(v, dict) else {}
 
 
-def _qjob(raw: dict[str, Any]) -> QJob:
+def _qjob(raw: dict[str, Any], tres: Callable[[str], Mapping[str, float]] | None = None) -> QJob:
+    """`tres`: reads a TRES string (parse_queue's shares one read among identical strings)."""
+    tres = tres or tres_numbers
     q = parse_job(raw)  # the shared reader of both JSON shapes; ValueError without an id
     try:
         nodes = tuple(expand(q.nodes)) if q.nodes and q.state in HOLDING else ()
@@ -317,8 +320,8 @@ def _qjob(raw: dict[str, Any]) -> QJob:
         qos=_text(raw.get("qos")), partition=q.partition, priority=json_number(raw.get("priority")) or 0.0,
         submit=q.submit_time, eligible=eligible or None, start=q.start_time, limit_s=limit, nodes=nodes,
         node_count=q.node_count, tres_per_node=q.tres_per_node, features=q.features,
-        tres_req=tres_numbers(_text(raw.get("tres_req_str"))),
-        tres_alloc=tres_numbers(_text(raw.get("tres_alloc_str"))) if q.state in HOLDING else {},
+        tres_req=tres(_text(raw.get("tres_req_str"))),
+        tres_alloc=tres(_text(raw.get("tres_alloc_str"))) if q.state in HOLDING else {},
         gres_detail=q.gres_detail, admin_comment=q.admin_comment, dependency=_text(raw.get("dependency")),
         queued=q)
 
@@ -336,11 +339,21 @@ def parse_queue(text: str) -> list[QJob]:
     if not isinstance(doc, dict) or not isinstance(doc.get("jobs"), list):
         raise ValueError("squeue --json answer has no jobs list")
     out = []
+    # A queue repeats a few request strings thousands of times (arrays, scripted sweeps): each
+    # is read once, and its numbers shared read-only.
+    seen: dict[str, Mapping[str, float]] = {}
+
+    def tres(text: str) -> Mapping[str, float]:
+        got = seen.get(text)
+        if got is None:
+            got = seen[text] = MappingProxyType(tres_numbers(text))
+        return got
+
     for raw in doc["jobs"]:
         if not isinstance(raw, dict):
             continue
         try:
-            out.append(_qjob(raw))
+            out.append(_qjob(raw, tres))
         except ValueError:
             continue
     return out
