@@ -1,15 +1,21 @@
-"""The cluster exporter (60 s tier): one `squeue --json` and one `sinfo` per round.
+"""The cluster exporter (60 s tier): one `squeue --json` and two `sinfo` per round.
 
 Per pool (a (model, arch) pair, as the bridge chooses between them) and tier (QoS): pending
-and running jobs, normalized units requested and allocated, devices and node states;
+and running jobs, normalized units requested and allocated, devices and node states, the
+wait of every job that started (a histogram) and pending jobs by Slurm's reason;
 the bridge's decisions by reason (the `why` of the admin-comment JSON), the capacity
 snapshot's age (the bridge daemon's heartbeat, read at every scrape), the accuracy of the
 runtime predictions of jobs that finished, and, with `sacct_every`, the energy the node
 agent metered per energy policy (from slurmdbd, not slurmctld).
 
-Everything comes from structured fields (`squeue --json`, the fixed-field sinfo format,
+Free devices per node and the pools' fragmentation (fragmentation.py) come from the cheap
+`sinfo` (GRES in use per node) every `fast_every` seconds (10 s), measured against the
+waiting requests of the last round's queue: a job ending frees devices at once, while the
+queue changes little within a round and costs `squeue --json` (~5 KB a job) to re-read.
+
+Everything comes from structured fields (`squeue --json`, the fixed-field sinfo formats,
 `sacct -P` with the unit separator) through the project's runner; the reduction is pure
-(`summarize`) and tested on captured output.
+(`summarize`, `node_free`, `waiting_requests`) and tested on captured output.
 """
 
 from __future__ import annotations
@@ -29,12 +35,19 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 
 from slurm_hetero.bridge.snapshot import read_forecast
 from slurm_hetero.errors import RuntimeFailure
+from slurm_hetero.monitor.fragmentation import Fragmentation, by_pool
 from slurm_hetero.monitor.serve import serve
+from slurm_hetero.monitor.waits import WAITING_FOR_DEVICES, WaitHistograms, reason_label
 from slurm_hetero.monitor.web import WebConfig
 from slurm_hetero.site.model import Site
 from slurm_hetero.site.pools import pools
 from slurm_hetero.slurm import hostlist
-from slurm_hetero.slurm.commands import sacct_ended_argv, sacctmgr_events_argv, sinfo_nodes_argv
+from slurm_hetero.slurm.commands import (
+    sacct_ended_argv,
+    sacctmgr_events_argv,
+    sinfo_capacity_argv,
+    sinfo_nodes_argv,
+)
 from slurm_hetero.slurm.comment import parse_comment
 from slurm_hetero.slurm.events import NodeEvent, parse_events, unusable_seconds
 from slurm_hetero.slurm.parse import (
@@ -54,6 +67,7 @@ LOST_WINDOW_S = 86400.0  # hetero_pool_lost_device_seconds looks back this far
 FINISHED_OK = "COMPLETED"
 SACCT_FIELDS = ["JobID", "State", "End", "AdminComment"]
 ENDED_STATES = ("CD", "F", "TO", "CA", "NF", "OOM", "PR")
+FAST_EVERY_S = 10.0  # the free-device/fragmentation tier
 _SNAPSHOT_GEN = re.compile(rb"generated_at\s*=\s*(\d+)")
 
 
@@ -67,11 +81,13 @@ class QueueEntry:
     qos: str
     tres_alloc: str
     end_time: float | None
+    eligible_time: float | None = None
 
 
 def parse_queue(text: str) -> tuple[list[QueueEntry], list[str]]:
     """Like `parse_squeue_json` (one parse of the document, `parse_job` per entry, a bad
-    entry skipped and named), keeping `qos`, `tres_alloc_str` and `end_time` too."""
+    entry skipped and named), keeping `qos`, `tres_alloc_str`, `end_time` and
+    `eligible_time` too."""
     if len(text) > MAX_JSON_BYTES:
         raise ValueError(f"squeue --json answer of {len(text)} bytes is too large")
     doc = json.loads(text)
@@ -84,9 +100,9 @@ def parse_queue(text: str) -> tuple[list[QueueEntry], list[str]]:
         except ValueError as e:
             problems.append(f"job entry {i}: {e}")
             continue
-        end = json_number(j.get("end_time"))
+        end, eligible = json_number(j.get("end_time")), json_number(j.get("eligible_time"))
         out.append(QueueEntry(job=job, qos=_text(j.get("qos")), tres_alloc=_text(j.get("tres_alloc_str")),
-                              end_time=end if end else None))
+                              end_time=end if end else None, eligible_time=eligible if eligible else None))
     return out, problems
 
 
@@ -223,7 +239,81 @@ def allocated(view: SiteView, entry: QueueEntry, nodes: dict[str, NodeInfo]) -> 
     return out
 
 
+def started_wait(entry: QueueEntry) -> float | None:
+    """Seconds from eligible (else submit) to start of a job that got an allocation; None for
+    one that has not started. A pending job's start_time is Slurm's estimate, and a job
+    cancelled while pending carries the cancel time as its start but no nodes (22.05)."""
+    j = entry.job
+    if j.state == "PENDING" or j.state.startswith("REQUEUE") or not j.start_time or not j.nodes:
+        return None
+    since = entry.eligible_time or j.submit_time
+    return max(0.0, j.start_time - since) if since else None
+
+
+def node_free(view: SiteView, text: str) -> dict[str, dict[str, int]]:
+    """{pool: {node: free devices}} from `sinfo_capacity_argv()` output (name, long state,
+    GRES, GRES in use, features; `|`-terminated fields admins and slurmctld write). A node
+    that cannot run jobs (`node_state`: not idle, mix or alloc) has none free; a node listed
+    once per partition counts once."""
+    out: dict[str, dict[str, int]] = {}
+    for line in text.splitlines():
+        fields = [f.strip() for f in line.split("|")]
+        if len(fields) < 5 or not fields[0]:
+            continue
+        node, state, gres, used, features = fields[:5]
+        usable = node_state(state) in ("idle", "mix", "alloc")
+        arch = arch_of(features.split(","))
+        in_use = parse_gres(used)
+        for name_type, count in parse_gres(gres).items():
+            name, _, gtype = name_type.partition(":")
+            model = view.model_of.get((name, gtype))
+            if model is None:
+                continue  # shards and GRES the bridge does not place
+            free = max(0, count - in_use.get(name_type, 0)) if usable else 0
+            out.setdefault(f"{model}@{arch}", {})[node] = free
+    return out
+
+
+def request_pools(view: SiteView, job: QueuedJob) -> list[tuple[str, int]]:
+    """(pool, devices per node) for each pool a job's `tres_per_node` could run in: a typed
+    GRES in its model's pools, an untyped one in every model of that GRES name unless a
+    feature names one model (as the bridge pins movable jobs); the arches its features name,
+    else all. Feature words are only compared with model and arch names."""
+    words = set(re.split(r"[^\w.-]+", job.features))
+    arches = [a for a in ARCHES if a in words]
+    out = []
+    for name, gtype, n in _gres_items(job.tres_per_node):
+        if gtype:
+            model = view.model_of.get((name, gtype))
+            models = [model] if model else []
+        else:
+            models = list(view.by_gres.get(name, ()))
+            models = [m for m in models if m in words] or models
+        for m in models:
+            out += [(f"{m}@{a}", n) for a in view.arches.get(m, ()) if not arches or a in arches]
+    return out
+
+
+def waiting_requests(view: SiteView, entries: Iterable[QueueEntry]) -> dict[str, list[int]]:
+    """{pool: per-node device counts of the jobs waiting for it}: pending jobs whose reason
+    says they wait for devices or their turn (`WAITING_FOR_DEVICES`)."""
+    out: dict[str, list[int]] = {}
+    for e in entries:
+        if e.job.state == "PENDING" and reason_label(e.job.reason) in WAITING_FOR_DEVICES:
+            for pool, n in request_pools(view, e.job):
+                out.setdefault(pool, []).append(n)
+    return out
+
+
 # ---- one round -------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Started:
+    key: tuple[int, float]  # (job id, start): a requeued job that starts again is another start
+    pool: str
+    tier: str
+    wait_s: float
+
 
 @dataclass
 class Round:
@@ -238,6 +328,9 @@ class Round:
     nodes: Counter[tuple[str, str]] = field(default_factory=Counter)  # (pool, state)
     oldest_pending_s: dict[str, float] = field(default_factory=dict)
     decisions: Counter[str] = field(default_factory=Counter)  # why → jobs slurmctld holds
+    pending_reasons: Counter[tuple[str, str]] = field(default_factory=Counter)  # (pool, reason label)
+    started: list[Started] = field(default_factory=list)  # every job in the queue that has started
+    requests: dict[str, list[int]] = field(default_factory=dict)  # `waiting_requests`
     problems: list[str] = field(default_factory=list)
 
 
@@ -269,22 +362,30 @@ def summarize(view: SiteView, entries: list[QueueEntry], nodes: dict[str, NodeIn
         why = decision.get("why")
         if decision.get("hetero") == 1 and isinstance(why, str) and why:
             r.decisions[why[:40]] += 1
-        if j.state not in ("PENDING", "RUNNING"):
+        wait = started_wait(e)
+        if j.state not in ("PENDING", "RUNNING") and wait is None:
             continue
         tier = e.qos or "unknown"
         state = j.state.lower()
         want = requested(view, j, decision)
-        got = allocated(view, e, nodes) if j.state == "RUNNING" else []
+        got = allocated(view, e, nodes) if j.state != "PENDING" else []
         arch = next((a for a in ARCHES if a in j.features), "any")
         pool = (got or want)[0].pool if (got or want) else f"cpu@{arch}"
+        if wait is not None and j.start_time:
+            r.started.append(Started((j.job_id, j.start_time), pool, tier, wait))
+        if j.state not in ("PENDING", "RUNNING"):
+            continue  # ended within MinJobAge: its wait counts, the rest is the past
         r.jobs[(state, pool, tier)] += 1
         for d in want:
             r.units_requested[(state, d.pool, tier)] += d.units
         for d in got:
             r.units_allocated[(d.pool, tier)] += d.units
             r.devices_allocated[d.pool] += d.devices
+        if j.state == "PENDING":
+            r.pending_reasons[(pool, reason_label(j.reason))] += 1
         if j.state == "PENDING" and j.submit_time:
             r.oldest_pending_s[pool] = max(r.oldest_pending_s.get(pool, 0.0), now - j.submit_time)
+    r.requests = waiting_requests(view, entries)
     return r
 
 
@@ -359,9 +460,10 @@ def snapshot_generated_at(path: Path) -> float | None:
 class ClusterExporter:
     def __init__(self, site: Site, runner: Runner, snapshot: Path | None, every: float = 60.0,
                  sacct_every: float = 0.0, window: int = 500, sacct_delay_s: float = 120.0,
-                 clock: Callable[[], float] = time.time):
+                 clock: Callable[[], float] = time.time, fast_every: float = FAST_EVERY_S):
         self.view = SiteView.of(site)
         self.runner, self.snapshot, self.every = runner, snapshot, every
+        self.fast_every = fast_every  # 0, or not below `every`: free devices once a round
         self.sacct_every, self.sacct_delay_s, self.clock = sacct_every, sacct_delay_s, clock
         self.last: Round | None = None
         self.last_nodes: dict[str, NodeInfo] | None = None
@@ -377,13 +479,18 @@ class ClusterExporter:
         self._sacct_from: float | None = None
         self.lost: dict[str, float] | None = None  # pool → device-seconds lost in LOST_WINDOW_S
         self._sacct_at = -math.inf
+        self.waits = WaitHistograms()
+        self._started: set[tuple[int, float]] | None = None  # None until the first round
+        self.frag: dict[str, Fragmentation] = {}  # replaced whole, never changed in place
+        self.frag_t: float | None = None
 
     def _out(self, argv: list[str]) -> str:
         self.calls[argv[0]] += 1
         return self.runner.out(argv, timeout=max(10.0, min(60.0, self.every)))
 
     def round(self) -> Round:
-        """One squeue --json and one sinfo; the tier's figures replace the last round's."""
+        """One squeue --json and one sinfo, then the free devices (`fast_round`); the tier's
+        figures replace the last round's."""
         t0 = time.monotonic()
         try:
             entries, problems = parse_queue(self._out(SQUEUE_JSON_ARGV))
@@ -395,7 +502,9 @@ class ClusterExporter:
         comments = [parse_comment(e.job.admin_comment) for e in entries]
         r = summarize(self.view, entries, nodes, now, comments)
         r.problems = problems
+        self.fast_round(r.requests)
         self._count_decisions(entries, comments)
+        self._observe_waits(r.started)
         for entry, comment in zip(entries, comments, strict=True):
             p = prediction(entry, comment)
             if p is not None and entry.job.job_id not in self.predictions:
@@ -408,6 +517,27 @@ class ClusterExporter:
         self.last = r
         self.round_seconds = time.monotonic() - t0
         return r
+
+    def fast_round(self, requests: dict[str, list[int]] | None = None) -> None:
+        """Free devices per node (one cheap sinfo) and each pool's fragmentation against the
+        waiting requests of the last round (`requests`: this round's)."""
+        if requests is None:
+            if self.last is None:
+                return  # no queue read yet: nothing to measure against
+            requests = self.last.requests
+        free = node_free(self.view, self._out(sinfo_capacity_argv()))
+        self.frag = by_pool(self.view.pools, {p: list(n.values()) for p, n in free.items()}, requests)
+        self.frag_t = self.clock()
+
+    def _observe_waits(self, started: list[Started]) -> None:
+        """Each start once. The first round only learns what had started already: after a
+        restart, every running job counted again would swell the rate of waits."""
+        keys = {s.key for s in started}
+        if self._started is not None:
+            for s in started:
+                if s.key not in self._started:
+                    self.waits.observe(s.pool, s.tier, s.wait_s)
+        self._started = keys  # squeue keeps an ended job MinJobAge (300 s): longer than a round
 
     def _count_decisions(self, entries: list[QueueEntry], comments: list[dict[str, Any]]) -> None:
         """Each job's decision once (a counter); ids no longer in the queue are forgotten."""
@@ -462,14 +592,23 @@ class ClusterExporter:
         self.lost = lost_device_seconds(self.view, events, nodes, since, now, now)
 
     def run(self, stop: Callable[[], bool]) -> None:
+        fast = 0 < self.fast_every < self.every
+        next_round = time.monotonic()
         while not stop():
             t0 = time.monotonic()
+            full = t0 >= next_round
+            if full:
+                next_round = t0 + self.every
             try:
-                self.round()
+                if full:
+                    self.round()
+                else:
+                    self.fast_round()
             except Exception as e:  # a slurmctld that does not answer costs a round
                 self.errors += 1
-                log.warning("round failed: %s", e)
-            while not stop() and time.monotonic() - t0 < self.every:
+                log.warning("%s failed: %s", "round" if full else "fast round", e)
+            due = min(next_round, t0 + self.fast_every) if fast else next_round
+            while not stop() and time.monotonic() < due:
                 time.sleep(min(0.2, self.every))
 
     # ---- Prometheus collector ------------------------------------------------------------
@@ -495,6 +634,9 @@ class ClusterExporter:
                                    "How long the oldest pending job of a pool has waited", labels=["pool"])
         why = GaugeMetricFamily("hetero_bridge_decision_jobs",
                                 "Jobs slurmctld holds, by the bridge decision's reason", labels=["why"])
+        reasons = GaugeMetricFamily("hetero_pending_jobs",
+                                    "Pending jobs per pool by Slurm's reason (rare reasons: other)",
+                                    labels=["pool", "reason"])
         if r is not None:
             for (state, pool, tier), n in sorted(r.jobs.items()):
                 jobs.add_metric([state, pool, tier], n)
@@ -512,7 +654,13 @@ class ClusterExporter:
                 oldest.add_metric([pool], round(s, 1))
             for reason, n in sorted(r.decisions.items()):
                 why.add_metric([reason], n)
-        yield from (jobs, req, alloc, devs, nodes, oldest, why)
+            for (pool, reason), n in sorted(r.pending_reasons.items()):
+                reasons.add_metric([pool, reason], n)
+        yield from (jobs, req, alloc, devs, nodes, oldest, why, reasons)
+        yield self.waits.family("hetero_job_wait_seconds",
+                                "Wait from eligible (else submit) to start of each job that started, "
+                                "per pool and tier (QoS)")
+        yield from self._fragmentation_metrics()
         lost = GaugeMetricFamily("hetero_pool_lost_device_seconds",
                                  "Device-seconds a pool lost to down/drained nodes over the last 24 h "
                                  "(sacctmgr show event; with --sacct-every)", labels=["pool"])
@@ -551,6 +699,32 @@ class ClusterExporter:
             for h, units in sorted(by_h.items()):
                 demand.add_metric([pool, str(h)], units)
         yield from (up, gen, age, demand)
+
+    def _fragmentation_metrics(self) -> Iterator[Metric]:
+        frag, at = self.frag, self.frag_t
+        free = GaugeMetricFamily("hetero_pool_free_devices",
+                                 "Devices no job holds on nodes that can run jobs (sinfo GresUsed)",
+                                 labels=["pool"])
+        lost = GaugeMetricFamily("hetero_pool_fragmented_devices",
+                                 "Free devices on nodes with fewer free than the smallest per-node request "
+                                 "of the pool's waiting jobs (0 when none waits)", labels=["pool"])
+        ratio = GaugeMetricFamily("hetero_pool_fragmentation_ratio",
+                                  "Fragmented / free devices of the pool (0 when none is free)",
+                                  labels=["pool"])
+        smallest = GaugeMetricFamily("hetero_pool_smallest_waiting_request_devices",
+                                     "Smallest per-node device request among the pool's waiting jobs "
+                                     "(Resources, Priority, None)", labels=["pool"])
+        ts = GaugeMetricFamily("hetero_pool_fragmentation_timestamp_seconds",
+                               "When the free devices behind the fragmentation figures were read")
+        for pool, f in sorted(frag.items()):
+            free.add_metric([pool], f.free)
+            lost.add_metric([pool], f.fragmented)
+            ratio.add_metric([pool], round(f.ratio, 4))
+            if f.smallest_request is not None:
+                smallest.add_metric([pool], f.smallest_request)
+        if at is not None:
+            ts.add_metric([], at)
+        yield from (free, lost, ratio, smallest, ts)
 
     def _prediction_metrics(self) -> Iterator[Metric]:
         preds = list(dict(self.predictions).values())

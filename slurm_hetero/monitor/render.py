@@ -40,12 +40,24 @@ class PrometheusSettings:
     sampler_stale_s: int = 30
     starving_s: int = 6 * 3600
     starving_for_s: int = 600
+    wait_p90_s: int = 4 * 3600  # HeteroPoolWaitHigh: the p90 wait of a pool and tier above this,
+    wait_window_s: int = 3600  # over the jobs that started in this window,
+    wait_min_jobs: int = 5  # at least this many of them (one long wait is no trend),
+    wait_for_s: int = 900  # for this long
+    fragmented_min_devices: int = 2  # HeteroPoolFragmented: this many free devices no waiting job fits,
+    fragmented_ratio: float = 0.5  # this share of the pool's free devices at least,
+    fragmented_for_s: int = 1800  # for this long
     idle_util: float = 0.05
 
     def check(self) -> None:
         for name, value in asdict(self).items():
             if name.endswith("_s") and (not isinstance(value, int) or value <= 0):
                 raise InputError(f"{name}: {value!r}: a positive whole number of seconds is needed")
+        for name in ("wait_min_jobs", "fragmented_min_devices"):
+            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
+                raise InputError(f"{name}: {getattr(self, name)!r}: a whole number of at least 1 is needed")
+        if not 0 < self.fragmented_ratio <= 1:
+            raise InputError(f"fragmented_ratio: {self.fragmented_ratio!r}: a share in (0, 1] is needed")
         if not (self.node_targets or self.node_sd_file) or not self.cluster_targets:
             raise InputError("node_targets (or node_sd_file) and cluster_targets: name the exporters")
         for t in [*self.node_targets, *self.cluster_targets]:

@@ -4,7 +4,10 @@ The dev cluster starts a node exporter for every node and the cluster exporter
 (`Cluster.start_exporters`, `cluster up --exporters`); Prometheus scrapes a GPU node's, an
 NPU node's and the cluster's with the rendered configuration and rules (short intervals). A GPU
 and an NPU job run: their devices' series must carry their job ids, as Prometheus stored
-them. Then the bridge daemon is stopped: the heartbeat alert must fire.
+them. Fragmentation and queue time: with 1 A100 free on each A100 node and a 2-A100 job
+waiting, both free devices are fragmented, as Prometheus stored it and as a brute-force
+recount from `sinfo --json` says; when the job starts, its wait is observed once. Then the
+bridge daemon is stopped: the heartbeat alert must fire.
 """
 
 from __future__ import annotations
@@ -28,10 +31,12 @@ from slurm_hetero.monitor.render import PrometheusSettings, render_prometheus
 from slurm_hetero.site import Site
 from slurm_hetero.slurm.jobs import submit
 from tests.integration.test_energy import devices_of
+from tests.unit.test_monitor_queue import bench
 
 pytestmark = pytest.mark.integration
 
 GPU_NODE, NPU_NODE = "h100-01", "npu-01"
+A100 = "a100-80gb@x86_64"
 
 
 class Prom:
@@ -157,6 +162,58 @@ def test_running_jobs_series_carry_their_job_id(cluster: Cluster, monitoring: Pr
         assert pools
     finally:
         cluster.runner.run(["scancel", str(gpu), str(npu)], check=False)
+
+
+def _squeue(cluster: Cluster) -> dict[int, dict[str, Any]]:
+    return {j["job_id"]: j for j in json.loads(cluster.runner.out(["squeue", "--json"]))["jobs"]}
+
+
+def _value(monitoring: Prom, q: str) -> float:
+    res = monitoring.query(q)
+    return float(res[0]["value"][1]) if res else 0.0
+
+
+def test_fragmentation_and_wait_of_the_a100_pool(cluster: Cluster, demo_site: Site, monitoring: Prom) -> None:
+    runner = cluster.runner
+    opts = ["-p", "gpu", "-t", "5", "-o", "/dev/null"]
+    holders = [submit(runner, [*opts, "-w", node, "--gres=gpu:a100-80gb:3"], "sleep 300")
+               for node in ("a100-01", "a100-02")]
+    waiting = None
+    try:
+        assert wait_until(lambda: all(_squeue(cluster)[j]["job_state"] == "RUNNING" for j in holders), 30)
+        waiting = submit(runner, [*opts, "--gres=gpu:a100-80gb:2"], "sleep 1")
+        # 1 A100 free on each node, the waiting job needs 2 on one: both are fragmented
+        for q, want in ((f'hetero_pool_fragmented_devices{{pool="{A100}"}}', 2.0),
+                        (f'hetero_pool_free_devices{{pool="{A100}"}}', 2.0),
+                        (f'hetero_pool_fragmentation_ratio{{pool="{A100}"}}', 1.0),
+                        (f'hetero_pool_smallest_waiting_request_devices{{pool="{A100}"}}', 2.0),
+                        (f'sum(hetero_pending_jobs{{pool="{A100}"}})', 1.0)):
+            monitoring.wait(q, has_values([want]))
+        # the exporter's whole answer against the benchmark's recount from sinfo --json
+        url = f"http://127.0.0.1:{cluster.info()['exporters']['cluster']}/metrics"
+
+        def agrees() -> bool:
+            with urllib.request.urlopen(url, timeout=5) as r:
+                figures, _ = bench().exporter_figures(r.read().decode())
+            brute = bench().brute_force(demo_site, runner.out(["sinfo", "--json"]), runner.out(["squeue", "--json"]))
+            assert brute[A100] == (2, 2), brute
+            return all(d["fragmented"] == d["free"] == 0 for d in bench().compare(figures, brute).values())
+
+        assert wait_until(agrees, 20, 1.0)
+        # the holders' starts were counted; the waiting job's start adds its wait, once
+        count_q = f'sum(hetero_job_wait_seconds_count{{pool="{A100}"}})'
+        sum_q = f'sum(hetero_job_wait_seconds_sum{{pool="{A100}"}})'
+        monitoring.wait(count_q, lambda r: len(r) == 1 and float(r[0]["value"][1]) >= 2)
+        count, total = _value(monitoring, count_q), _value(monitoring, sum_q)
+        runner.run(["scancel", str(holders[0])], check=False)
+        assert wait_until(lambda: _squeue(cluster)[waiting]["job_state"] in ("RUNNING", "COMPLETED"), 60, 0.5)
+        job = _squeue(cluster)[waiting]
+        wait = job["start_time"] - (job["eligible_time"] or job["submit_time"])
+        monitoring.wait(count_q, has_values([count + 1]))
+        assert _value(monitoring, sum_q) == pytest.approx(total + wait)
+        monitoring.wait(f'hetero_pool_fragmented_devices{{pool="{A100}"}}', has_values([0.0]))
+    finally:
+        runner.run(["scancel", *map(str, holders), *([str(waiting)] if waiting else [])], check=False)
 
 
 def test_alert_fires_when_the_bridge_daemon_stops(cluster: Cluster, demo_site: Site, monitoring: Prom) -> None:

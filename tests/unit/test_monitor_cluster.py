@@ -29,7 +29,7 @@ from slurm_hetero.monitor.cluster import (
 )
 from slurm_hetero.site import Site, load_site
 from slurm_hetero.site.pools import pools
-from slurm_hetero.slurm.commands import sinfo_nodes_argv
+from slurm_hetero.slurm.commands import sinfo_capacity_argv, sinfo_nodes_argv
 from slurm_hetero.slurm.events import parse_events
 from slurm_hetero.slurm.parse import parse_sinfo_nodes
 from slurm_hetero.slurm.runner import Runner
@@ -39,6 +39,9 @@ ROOT = Path(__file__).resolve().parents[2]
 CAPTURED = ROOT / "tests" / "data" / "captured"
 SQUEUE = (CAPTURED / "squeue-json-22.05.json").read_text()
 SINFO = (CAPTURED / "sinfo-22.05.txt").read_text()
+# The free devices per node (sinfo -O ... GresUsed) of the same idle nodes: all free.
+CAPACITY = "".join(f"{n.name}|{n.state}|{n.gres or '(null)'}|gpu:0,npu:0,shard:0|{','.join(n.features)}|\n"
+                   for n in parse_sinfo_nodes(SINFO).values())
 
 
 @pytest.fixture(scope="module")
@@ -47,17 +50,20 @@ def site() -> Site:
 
 
 class CapturedSlurm(Runner):
-    """Answers squeue --json and sinfo from captured output; counts what was run."""
+    """Answers squeue --json and both sinfo formats from captured output; counts what was run."""
 
-    def __init__(self, squeue: str = SQUEUE, sinfo: str = SINFO, sacct: str = "", sacctmgr: str = "") -> None:
+    def __init__(self, squeue: str = SQUEUE, sinfo: str = SINFO, sacct: str = "", sacctmgr: str = "",
+                 capacity: str = CAPACITY) -> None:
         super().__init__()
-        self.answers = {"squeue": squeue, "sinfo": sinfo, "sacct": sacct, "sacctmgr": sacctmgr}
+        self.answers = {"squeue": squeue, "sinfo": sinfo, "sacct": sacct, "sacctmgr": sacctmgr,
+                        "sinfo -O": capacity}
         self.argvs: list[list[str]] = []
 
     def run(self, argv: Sequence[str], *, check: bool = True, timeout: float | None = None,
             input: str | None = None) -> subprocess.CompletedProcess[str]:
         self.argvs.append(list(argv))
-        return subprocess.CompletedProcess(list(argv), 0, self.answers[argv[0]], "")
+        key = "sinfo -O" if list(argv) == sinfo_capacity_argv() else argv[0]
+        return subprocess.CompletedProcess(list(argv), 0, self.answers[key], "")
 
 
 def scrape(exp: ClusterExporter) -> dict[str, list[tuple[dict[str, str], float]]]:
@@ -141,8 +147,7 @@ def test_exporter_asks_slurm_once_per_round(site: Site, tmp_path: Path) -> None:
     exp = ClusterExporter(site, slurm, snap, every=60)
     exp.round()
     exp.round()
-    assert [a[0] for a in slurm.argvs] == ["squeue", "sinfo"] * 2
-    assert slurm.argvs[0] == SQUEUE_JSON_ARGV and slurm.argvs[1] == sinfo_nodes_argv()
+    assert slurm.argvs == [SQUEUE_JSON_ARGV, sinfo_nodes_argv(), sinfo_capacity_argv()] * 2
     m = scrape(exp)
     assert m["hetero_bridge_snapshot_up"][0][1] == 1
     assert m["hetero_bridge_snapshot_age_seconds"][0][1] == pytest.approx(42, abs=2)
@@ -150,7 +155,7 @@ def test_exporter_asks_slurm_once_per_round(site: Site, tmp_path: Path) -> None:
     assert running == {("h100@x86_64", "gold"): 1, ("v100@x86_64", "gold"): 1}
     # a decision is counted once, however many rounds see the job
     assert [(lb["why"], v) for lb, v in m["hetero_bridge_decisions_total"]] == [("static", 1)]
-    assert {lb["command"]: v for lb, v in m["hetero_exporter_slurm_calls_total"]} == {"squeue": 2, "sinfo": 2}
+    assert {lb["command"]: v for lb, v in m["hetero_exporter_slurm_calls_total"]} == {"squeue": 2, "sinfo": 4}
     devs = {(lb["pool"], lb["status"]): v for lb, v in m["hetero_pool_devices"]}
     assert devs[("h100@x86_64", "allocated")] == 1 and devs[("h100@x86_64", "total")] == 8
     snap.unlink()

@@ -51,7 +51,10 @@ def exported_names(tmp_path: Path) -> set[str]:
     site = load_site(ROOT / "site" / "demo" / "site.yaml")
     cexp = ClusterExporter(site, CapturedSlurm(), None)
     cexp.round()
-    names |= {m.name for m in cexp.collect()}
+    families = list(cexp.collect())
+    names |= {m.name for m in families}
+    # histograms are exposed as NAME_bucket, NAME_sum and NAME_count
+    names |= {m.name + s for m in families if m.type == "histogram" for s in ("_bucket", "_sum", "_count")}
     return names
 
 
@@ -97,6 +100,10 @@ def test_settings_are_checked() -> None:
         render_prometheus(PrometheusSettings(node_targets=["a:1"], cluster_targets=["b:2"], node_scrape_s=0))
     with pytest.raises(InputError, match="HOST:PORT"):
         render_prometheus(PrometheusSettings(node_targets=["a"], cluster_targets=["b:2"]))
+    with pytest.raises(InputError, match=r"fragmented_ratio: 1.5: a share in \(0, 1\]"):
+        render_prometheus(PrometheusSettings(node_targets=["a:1"], cluster_targets=["b:2"], fragmented_ratio=1.5))
+    with pytest.raises(InputError, match="wait_min_jobs: 0: a whole number of at least 1"):
+        render_prometheus(PrometheusSettings(node_targets=["a:1"], cluster_targets=["b:2"], wait_min_jobs=0))
     sd = render_prometheus(PrometheusSettings(node_sd_file="/etc/prometheus/nodes.json", cluster_targets=["b:2"]))
     node = yaml.safe_load(sd["prometheus.yml"])["scrape_configs"][0]
     assert node["file_sd_configs"] == [{"files": ["/etc/prometheus/nodes.json"]}]
