@@ -46,11 +46,16 @@ def build_snapshot(site: Site, sinfo_text: str, jobs: Iterable[QueuedJob]) -> di
     a feature expression may hold `|`, so no text format of squeue is safe to split)."""
     model_of = _model_of(site)
     caps = {p.key: PoolCapacity() for p in pools(site)}
+    seen: set[str] = set()
     for line in sinfo_text.splitlines():
         fields = line.split("|")
         if len(fields) < 5:
             continue
-        _, state, gres, used, features = (f.strip() for f in fields[:5])
+        node, state, gres, used, features = (f.strip() for f in fields[:5])
+        # `sinfo -N` prints a node once per partition it is in: count its devices once.
+        if node in seen:
+            continue
+        seen.add(node)
         arch = "aarch64" if "aarch64" in features.split(",") else "x86_64"
         usable = not any(word in state.lower() for word in _UNAVAILABLE)
         used_by = parse_gres(used)

@@ -561,11 +561,15 @@ def node_capacity(view: SiteView, sinfo_text: str) -> list[NodeFree]:
     """Per node and pool from `sinfo_capacity_argv()` output: the same reading as the bridge
     daemon's snapshot (bridge/snapshot.py), kept per node for the start estimate."""
     out = []
+    seen: set[str] = set()
     for line in sinfo_text.splitlines():
         fields = [f.strip() for f in line.split("|")]
         if len(fields) < 5:
             continue
         node, state, gres, used, features = fields[:5]
+        if node in seen:  # `sinfo -N` prints a node once per partition it is in
+            continue
+        seen.add(node)
         arch = "aarch64" if "aarch64" in features.split(",") else "x86_64"
         usable = not any(w in state.lower() for w in _UNUSABLE)
         in_use = parse_gres(used)

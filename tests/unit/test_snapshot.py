@@ -67,3 +67,15 @@ def test_forecast_travels_in_the_snapshot_and_lua_still_reads_it(site: Site, tmp
     data = lupa.LuaRuntime().execute(text)
     assert data["generated_at"] == 7 and data["forecast"]["h100@x86_64"]["m60"] == 4.0
     assert read_forecast(tmp_path / "missing.lua") == {}
+
+
+def test_a_node_in_several_partitions_counts_once(site: Site) -> None:
+    """`sinfo -N` prints a node once per partition: an H100 node in `gpu` and `gpu-long` holds
+    its 8 devices once, in the snapshot and in `why`'s per-node view alike."""
+    from slurm_hetero.reports.why import node_capacity, site_view
+
+    line = "h100-01|mixed|gpu:h100:8|gpu:h100:3(IDX:0-2)|x86_64,nvidia|"
+    caps = build_snapshot(site, f"{line}\n{line}\n", [])
+    assert (caps["h100@x86_64"].total, caps["h100@x86_64"].free) == (8, 5)
+    per_node = [n for n in node_capacity(site_view(site), f"{line}\n{line}\n") if n.pool == "h100@x86_64"]
+    assert [(n.node, n.total, n.free) for n in per_node] == [("h100-01", 8, 5)]
