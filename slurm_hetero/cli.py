@@ -86,13 +86,13 @@ def conf_render(site: Path, out: Path, model: Path | None) -> None:
     """Write slurm.conf, gres.conf, cgroup.conf, plugstack.conf, job_submit.lua, qos.sacctmgr."""
     from slurm_hetero.conf import render_site, write_files
     from slurm_hetero.conf.cli import read_model, render_profile
-    from slurm_hetero.conf.render import MANIFEST, manifest
+    from slurm_hetero.conf.render import MANIFEST, manifest, node_hooks
     from slurm_hetero.site import load_site
 
     s = load_site(site)
     profile, why = render_profile(s, read_model(model))
     files = render_site(s, profile)
-    files[MANIFEST] = manifest(files)
+    files[MANIFEST] = manifest(files, hooks=node_hooks(s, profile), site_rules=s.slurm.job_submit_script)
     write_files(files, out)
     console.print(f"wrote {', '.join(files)} to {out} ({why})")
 

@@ -3,9 +3,13 @@
 Every round (a few seconds) it
 1. refreshes the capacity snapshot — whose generation time is also the daemon's heartbeat:
    job_submit.lua shortens no job while the snapshot is stale;
-2. extends the limits of running jobs whose limit the bridge shortened to a predicted
-   quantile (backfill mode), before they run out: doubling, finally the user's own limit —
-   so no job is ever killed before the limit its user asked for;
+2. keeps the limits of partitions with predicted limits (backfill mode) true: extends the
+   limits of running jobs the bridge shortened to a predicted quantile before they run out
+   (doubling, finally the user's own limit, never past MaxTime), so that backfill plans with
+   an end still ahead; and ends every running job there that reached its own limit. Slurm
+   kills nobody there before that: OverTimeLimit is MaxTime (site/timelimits.py), so a job
+   outlives its soft limit whatever is down, and without this daemon it may run past its own
+   limit, by OverTimeLimit at most;
 3. sets SiteFactor on pending jobs: shorter predicted runtime → higher, with aging so that
    nothing starves (formula in `site_factor`);
 4. where the site enables `migration.pending`, moves pending --accel jobs whose own pool
@@ -19,8 +23,8 @@ Every round (a few seconds) it
    saw and did to StateSaveLocation/hetero-power-history.jsonl (power/history.py). Without
    `--forecast` it takes a forecast another process publishes beside the snapshot
    (power/published.py), if there is a fresh one.
-On start it does step 2 first (jobs may have come close to a shortened limit while it was
-down). SIGTERM stops it cleanly; a slurmctld that does not answer costs a round, not the
+On start it does step 2 first (jobs may have passed a shortened limit, or their own, while
+it was down). SIGTERM stops it cleanly; a slurmctld that does not answer costs a round, not the
 daemon.
 """
 
@@ -45,8 +49,9 @@ from slurm_hetero.power.keeper import Keeper
 from slurm_hetero.power.published import FORECAST_FILE
 from slurm_hetero.power.published import reader as published_forecast
 from slurm_hetero.site.model import Site
-from slurm_hetero.slurm.commands import requeue_argv
-from slurm_hetero.slurm.comment import parse_comment
+from slurm_hetero.site.timelimits import max_time_min
+from slurm_hetero.slurm.commands import cancel_argv, requeue_argv
+from slurm_hetero.slurm.comment import merge_comment, parse_comment
 from slurm_hetero.slurm.runner import Runner
 from slurm_hetero.slurm.scontrol import admin_comment_argv, move_job_argv, update_job_argv, update_jobs_argv
 from slurm_hetero.slurm.squeue import SQUEUE_JSON_ARGV, QueuedJob, parse_squeue_json
@@ -61,10 +66,14 @@ TSAFRIR_STEPS_MIN = (1, 5, 15, 30, 60, 120, 300, 600, 1200, 3000, 6000)
 
 @dataclass(frozen=True)
 class ExtendPolicy:
-    """Extend a shortened job when less than `margin_s` (or 10% of its limit) is left,
-    never past the user's own limit: double the limit (the bridge's model), or with
-    `correction="tsafrir"` (the model's choice, recorded with the decision as "ext") go up
-    to the next of TSAFRIR_STEPS_MIN that covers the job's run so far and two margins."""
+    """Extend a shortened job when less than `margin_s` (or 10% of its limit) is left, or it
+    has run past it, never past its own limit (`user_min`): double the limit (the bridge's
+    model), or with `correction="tsafrir"` (the model's choice, recorded with the decision as
+    "ext") go up to the next of TSAFRIR_STEPS_MIN that covers the job's run so far and two
+    margins. The margin keeps backfill's plan right, not the job alive (OverTimeLimit does
+    that): backfill plans a job past its limit to end OverTimeLimit after it (UNLIMITED: a
+    whole limit from now), far off. Two reads of the queue (at most MAX_QUEUE_GAP_S apart)
+    fall within the default margin."""
 
     margin_s: float = 120.0
 
@@ -98,6 +107,9 @@ class JobRow:
     elapsed_s: float
     waited_s: float
     decision: dict[str, object] = field(default_factory=dict)
+    partition: str = ""
+    end_s: float | None = None  # slurmctld's end of a running job by its current limit
+    admin_comment: str = ""  # the whole field, foreign text included (our record is merged in)
 
 
 def job_row(j: QueuedJob, now: float) -> JobRow:
@@ -108,7 +120,8 @@ def job_row(j: QueuedJob, now: float) -> JobRow:
     return JobRow(job_id=str(j.job_id), state=j.state, limit_min=j.time_limit_min,
                   elapsed_s=max(0.0, elapsed),
                   waited_s=max(0.0, now - j.submit_time) if j.submit_time else 0.0,
-                  decision=parse_comment(j.admin_comment))
+                  decision=parse_comment(j.admin_comment), partition=j.partition,
+                  end_s=j.end_time, admin_comment=j.admin_comment)
 
 
 def user_limit(decision: dict[str, object]) -> int | None:
@@ -117,6 +130,27 @@ def user_limit(decision: dict[str, object]) -> int | None:
     if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= MAX_USER_LIMIT_MIN:
         return None
     return v
+
+
+def own_limit_min(limit_min: int, decision: dict[str, object], max_min: int | None) -> int | None:
+    """The limit a job holds by its user's wish, in minutes. A job the bridge shortened: the
+    user's limit it recorded, at most MaxTime (`max_min`: plain Slurm never starts a longer
+    one there), but not below its limit now (a user may raise a pending job's limit up to
+    MaxTime, an operator any); a broken record counts as MaxTime. Any other job: its limit.
+    None: not known (a broken record where MaxTime is UNLIMITED).
+
+    >>> own_limit_min(1, {"shortened": True, "user_limit_min": 4320}, 2880)  # asked past MaxTime
+    2880
+    >>> own_limit_min(30, {"shortened": True, "user_limit_min": 20}, 2880)  # raised since
+    30
+    >>> own_limit_min(5, {"pred": {"p90": 900}}, 2880), own_limit_min(1, {"shortened": True}, None)
+    (5, None)
+    """
+    if decision.get("shortened") is not True:
+        return limit_min
+    user = user_limit(decision)
+    own = max_min if user is None else user if max_min is None else min(user, max_min)
+    return None if own is None else max(limit_min, own)
 
 
 def cpu_seconds() -> float:
@@ -159,6 +193,10 @@ class BridgeDaemon:
         history = PowerHistory(power_history or snapshot.parent / HISTORY_FILE)
         self.keeper = Keeper(site, runner, log=log, history=history) if site.power.enabled else None
         self.planner = Planner(site) if site.migration.pending else None
+        # Limits: each partition's MaxTime (caps every extension), and the partitions whose
+        # limits Slurm treats as soft (OverTimeLimit): there this daemon ends jobs at their own.
+        self.max_min = {p.name: max_time_min(p) for p in site.partitions}
+        self.soft = frozenset(p.name for p in site.partitions if p.predicted_limits)
         self.online = online
         self.online_t = -math.inf
 
@@ -181,12 +219,52 @@ class BridgeDaemon:
                 self.log(f"job {j.job_id}: skipped: {type(e).__name__}: {e}")
         return rows
 
+    def keep_limits(self, jobs: list[JobRow]) -> None:
+        """End the jobs that reached their own limit, then extend shortened ones."""
+        ended = self.end_at_own_limits(jobs)
+        self.extend_limits([j for j in jobs if j.job_id not in ended])
+
+    def end_at_own_limits(self, jobs: list[JobRow]) -> set[str]:
+        """End each running job of a partition with soft limits (predicted_limits) that has
+        reached its own limit (`own_limit_min`), counted from slurmctld's end time for its
+        current limit, which includes time suspended. Returns the ids ended.
+
+        Why scancel: with OverTimeLimit at MaxTime, slurmctld cannot be made to time the job
+        out now (an update sets its end no earlier than now, and it kills only OverTimeLimit
+        after that end), so the job ends CANCELLED, not TIMEOUT. The record says why first,
+        `"ended":"own_limit"` in its admin comment (sacct -o State,AdminComment shows it), so
+        that tools tell it from a user's own scancel. Slurm's grace is the same: SIGTERM, then
+        SIGKILL after KillWait."""
+        now, done = time.time(), set()
+        for j in jobs:
+            if j.state != "RUNNING" or j.partition not in self.soft or j.limit_min is None:
+                continue
+            own = own_limit_min(j.limit_min, j.decision, self.max_min.get(j.partition))
+            end = j.end_s if j.end_s is not None else now - j.elapsed_s + j.limit_min * 60
+            if own is None or now < end + (own - j.limit_min) * 60:
+                continue
+            try:  # the record is advice: a job whose comment cannot take it still ends
+                record = merge_comment(j.admin_comment, {"ended": "own_limit", "own_limit_min": own})
+                self.runner.run(admin_comment_argv(j.job_id, record), check=False)
+            except (RuntimeFailure, ValueError) as e:
+                self.log(f"job {j.job_id}: end at its own limit not recorded: {e}")
+            try:
+                self.runner.run(cancel_argv([j.job_id]))
+            except RuntimeFailure as e:  # it may have ended meanwhile; next round retries
+                self.log(f"job {j.job_id}: not ended at its own limit: {e}")
+                continue
+            self.log(f"job {j.job_id}: ended at its own limit of {own} min "
+                     f"(ran {j.elapsed_s / 60:.1f} min, limit {j.limit_min})")
+            done.add(j.job_id)
+        return done
+
     def extend_limits(self, jobs: list[JobRow]) -> int:
         done = 0
         for j in jobs:
-            user_min = user_limit(j.decision)
-            if j.state != "RUNNING" or j.decision.get("shortened") is not True \
-                    or j.limit_min is None or user_min is None:
+            if j.state != "RUNNING" or j.decision.get("shortened") is not True or j.limit_min is None:
+                continue
+            user_min = own_limit_min(j.limit_min, j.decision, self.max_min.get(j.partition))
+            if user_min is None:
                 continue
             new = self.extend.new_limit_min(j.limit_min, j.elapsed_s, user_min,
                                             "tsafrir" if j.decision.get("ext") == "tsafrir" else "double")
@@ -198,7 +276,7 @@ class BridgeDaemon:
                 self.log(f"job {j.job_id}: limit not extended: {e}")
                 continue
             self.log(f"job {j.job_id}: limit {j.limit_min} -> {new} min "
-                     f"(ran {j.elapsed_s / 60:.1f} min, user limit {user_min})")
+                     f"(ran {j.elapsed_s / 60:.1f} min, own limit {user_min})")
             done += 1
         return done
 
@@ -301,7 +379,7 @@ class BridgeDaemon:
         if not full:
             return
         jobs = self.jobs(queue)
-        self.extend_limits(jobs)
+        self.keep_limits(jobs)
         self.set_factors(jobs)
         moved = self.move_pending(queue, caps)
         for m in moved:  # the devices those moves take are not free for a requeue
@@ -314,7 +392,8 @@ class BridgeDaemon:
         included): every round on a small queue; on a
         large one (20,000 jobs: `squeue --json` ~3 s of CPU, our parse ~1.3 s) at most
         QUEUE_DUTY of a CPU, and never more than MAX_QUEUE_GAP_S apart: shortened limits are
-        extended `margin` (120 s) before they run out, so two reads fall within it."""
+        extended `margin` (120 s) before they run out, so two reads fall within it, and a job
+        that reached its own limit is ended within one gap."""
         gap, self.queue_stretched = self._stretch(
             took, QUEUE_DUTY, MAX_QUEUE_GAP_S, self.queue_stretched,
             "reading the queue took {took:.1f} s: read every {gap:.0f} s while it is this large")
@@ -342,8 +421,8 @@ class BridgeDaemon:
 
     def run(self, rounds: int | None = None) -> None:
         signal.signal(signal.SIGTERM, lambda *_: setattr(self, "stopping", True))
-        try:  # repair first: jobs may be close to a shortened limit after a pause
-            self.extend_limits(self.jobs())
+        try:  # repair first: jobs may be past a shortened limit, or their own, after a pause
+            self.keep_limits(self.jobs())
         except Exception as e:
             self.log(f"startup repair skipped: {type(e).__name__}: {e}")
         n = 0

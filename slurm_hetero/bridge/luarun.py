@@ -34,7 +34,9 @@ class JobSubmit:
         self.lua = lua51.LuaRuntime(unpack_returned_tuples=True)
         assert self.lua.eval("_VERSION") == "Lua 5.1"
         g = self.lua.globals()
-        slurm = self.lua.table(SUCCESS=0, ERROR=-1)
+        # Return codes as 22.05's job_submit/lua defines them (a few of its ESLURM_* too).
+        slurm = self.lua.table(SUCCESS=0, ERROR=-1, FAILURE=-1, ESLURM_INVALID_PARTITION_NAME=2000,
+                               ESLURM_ACCESS_DENIED=2002, ESLURM_INVALID_ACCOUNT=2045)
         fmt = self.lua.eval("function(f, ...) return string.format(f, ...) end")
 
         def logger(kind: str) -> Any:
@@ -44,6 +46,7 @@ class JobSubmit:
 
         for kind in ("user", "error", "info", "debug", "verbose"):
             slurm[f"log_{kind}"] = logger(kind)
+        slurm.user_msg = lambda text: self.logs.append(("user", str(text)))  # log_user's C side
         g.slurm = slurm
         g.os.time = lambda *_: self.now
         if self.site is None:
@@ -82,6 +85,12 @@ class JobSubmit:
         rc = self.lua.globals().slurm_job_submit(desc, self.lua.table(), 0)
         out = {k: v for k, v in dict(desc).items() if k not in ("environment", "spank_job_env")}
         return int(rc), out
+
+    def modify(self, fields: dict[str, Any] | None = None, uid: int = 1000) -> tuple[int, dict[str, Any]]:
+        """slurm_job_modify on a job_desc of `fields` (job_rec empty) by `uid`; (rc, job_desc)."""
+        desc = self.lua.table_from(fields or {})
+        rc = self.lua.globals().slurm_job_modify(desc, self.lua.table(), self.lua.table(), uid)
+        return int(rc), dict(desc)
 
     def user_lines(self) -> list[str]:
         return [m for k, m in self.logs if k == "user"]

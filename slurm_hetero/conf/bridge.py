@@ -4,7 +4,8 @@ job_submit.lua is the site's tables (templates/job_submit.lua.j2) followed by th
 file `slurm_hetero/bridge/bridge.lua`, verbatim, in a function called with a table of them
 (`SITE_TABLES`, the names bridge.lua reads).
 
-The pools come from `site.pools`.
+The pools come from `site.pools`. Where the site file names the site's own job_submit rules
+(slurm.job_submit), `siterules.lua` follows, verbatim: it chains them with the bridge's.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from slurm_hetero.site.tiers import tier_views
 
 # The bridge's logic is a data file of the bridge package (testable, lintable Lua).
 BRIDGE_LUA = Path(__file__).resolve().parent.parent / "bridge" / "bridge.lua"
+# The chain that runs the site's own job_submit rules with the bridge (slurm.job_submit).
+SITERULES_LUA = BRIDGE_LUA.with_name("siterules.lua")
 # The tables job_submit.lua hands to bridge.lua, by name (see the top of bridge.lua).
 SITE_TABLES: tuple[str, ...] = (
     "GRES_PREFIX", "SNAPSHOT_PATH", "SNAPSHOT_CHECK_S", "SNAPSHOT_STALE_S", "HISTORY_PATH", "MODELS",
@@ -53,4 +56,8 @@ def bridge_context(site: Site) -> dict[str, object]:
         "site_factor": FactorPolicy(),
         "site_table_names": SITE_TABLES,
         "bridge_lua": bridge_source().rstrip("\n"),
+        "site_rules": ({"script": site.slurm.job_submit_script, "order": site.slurm.job_submit_order}
+                       if site.slurm.job_submit_script else None),
+        "siterules_lua": (SITERULES_LUA.read_text(encoding="utf-8").rstrip("\n")
+                          if site.slurm.job_submit_script else ""),
     }

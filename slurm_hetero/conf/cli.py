@@ -87,14 +87,28 @@ def conf_import(slurm_conf: Path, gres_conf: Path | None, output: Path | None, f
 def conf_diff(site: Path, against: Path, model: Path | None) -> None:
     """Show what `conf render SITE` would change in the live files (nothing is written).
     Exit status: 0 no changes, 1 changes, 2 bad input."""
-    from slurm_hetero.conf.diff import diff_files
+    from slurm_hetero.conf.diff import diff_files, setting_changes
+    from slurm_hetero.conf.importer import read_conf
     from slurm_hetero.conf.render import MODES, render_site
     from slurm_hetero.site import load_site
 
     s = load_site(site)
     profile, why = render_profile(s, read_model(model))
-    result = diff_files(render_site(s, profile), against, MODES)
+    files = render_site(s, profile)
+    result = diff_files(files, against, MODES)
     click.echo(result.text, nl=False)
+    if "slurm.conf" in result.changed and (against / "slurm.conf").is_file():
+        # As Slurm reads the live file, its Includes in place; the diff above stands without it.
+        try:
+            live = "\n".join(at.text for at in read_conf(against / "slurm.conf"))
+        except InputError as e:
+            click.echo(f"slurm.conf: settings not compared one by one: {e}", err=True)
+            live = None
+        changes = setting_changes(files["slurm.conf"], live) if live is not None else []
+        if changes:
+            click.echo(f"slurm.conf: {len(changes)} setting(s) would change:", err=True)
+            for line in changes:
+                click.echo(f"  {line}", err=True)
     click.echo(f"{len(result.changed)} file(s) would change ({why})" if result.changed
                else f"no changes ({why})", err=True)
     sys.exit(1 if result.changed else 0)

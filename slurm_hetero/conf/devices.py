@@ -10,8 +10,20 @@ from slurm_hetero.site.model import NodeGroup
 
 
 def device_files(g: NodeGroup, node: str | None, profile: Profile) -> list[dict[str, str | int]]:
-    """gres.conf lines of one group (or one node of it, for per-node dev files)."""
-    lines: list[dict[str, str | int]] = []
+    """gres.conf lines of one group (or one node of it, for per-node dev files).
+
+    A group with gres_autodetect nvml gets `AutoDetect=nvml` and Count= lines, no File=:
+    slurmd then names and orders the GPUs itself (by NVML index, i.e. PCI bus id), and a
+    slurmd that cannot load NVML finds no GPU and drains the node, instead of silently
+    numbering File= in another order. The dev cluster's per-node files keep File= (no NVML)."""
+    if g.gres_autodetect == "nvml" and not node:
+        lines: list[dict[str, str | int]] = [{"name": "gpu", "autodetect": "nvml"}]
+        for a in g.accelerators:
+            lines.append({"name": a.model.gres_name, "type": a.model.gres_type, "count": a.count})
+            if a.shards_per_device:
+                lines.append({"name": "shard", "count": a.count * a.shards_per_device})
+        return lines
+    lines = []
     base = f"{profile.dev_dir}/{node}" if node else profile.dev_dir
     offsets: dict[str, int] = {}
     for a in g.accelerators:

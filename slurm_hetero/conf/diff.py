@@ -4,6 +4,11 @@ The rendered files are compared with the files of the same names in the folder (
 writes only those: other files there are neither shown nor touched). A file the render
 would create is diffed against nothing; a file whose mode would change says so the way git
 does (`old mode` / `new mode`). Nothing is written.
+
+A rendered slurm.conf is laid out anew, so `setting_changes` also says, setting by setting,
+which value changes and why: from the rendered file's own comment on that setting (`# Key:
+...`, e.g. AccountingStorageEnforce's added items), else from what slurm-hetero writes itself
+(site/slurmlines.py).
 """
 
 from __future__ import annotations
@@ -15,6 +20,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from slurm_hetero.errors import InputError
+from slurm_hetero.site.slurmlines import (
+    ADDED_WHY,
+    OWNED_FIELDS,
+    OWNED_REASONS,
+    LineError,
+    include_path,
+    pairs,
+)
 
 MAX_LIVE_BYTES = 64 << 20  # a job_submit.lua with a compiled model is a few MiB
 
@@ -77,3 +90,68 @@ def diff_files(files: dict[str, str], against: str | os.PathLike[str],
         for line in body:
             out.append(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n")
     return ConfDiff("".join(out), tuple(changed))
+
+
+# Slurm's own value of settings a live file may leave unset (as `scontrol show config` printed
+# them on 22.05.8): rendering that value changes nothing, and the summary says so.
+SLURM_DEFAULT_VALUES = {
+    "jobrequeue": "1", "schedulertype": "sched/backfill", "jobacctgatherfrequency": "30",
+    "slurmctlddebug": "info", "slurmddebug": "info", "slurmctldport": "6817", "slurmdport": "6818",
+    "slurmduser": "root", "proctracktype": "proctrack/cgroup", "mpidefault": "none",
+    "jobcomptype": "jobcomp/none", "returntoservice": "0",
+}
+# Record lines (nodes, partitions, ...) and Include: not settings of their own.
+_RECORDS = frozenset({"nodename", "partitionname", "nodeset", "downnodes", "frontendname"})
+
+
+def _settings(lines: list[str]) -> tuple[dict[str, tuple[str, str]], dict[str, str]]:
+    """({lower key: (Key, value)}, {lower key: why}) of slurm.conf lines: repeated keys
+    (SlurmctldHost) joined in order; `why` from `# Key: ...` comments right above a line."""
+    out: dict[str, tuple[str, str]] = {}
+    why: dict[str, str] = {}
+    comments: list[str] = []
+    for raw in lines:
+        line = raw.strip()
+        if line.startswith("#"):
+            comments.append(line.lstrip("#").strip())
+            continue
+        text = line.split("#", 1)[0].strip()
+        if not text or include_path(text) is not None:
+            comments = []
+            continue
+        try:
+            found = pairs(text)
+        except LineError:
+            comments = []
+            continue
+        key, value = found[0]
+        low = key.lower()
+        if low not in _RECORDS:
+            said = [c.split(":", 1)[1].strip() for c in comments if c.lower().startswith(low + ":")]
+            if said:
+                why[low] = " ".join(said)
+            seen = out.get(low)
+            out[low] = (key, f"{seen[1]} {value}" if seen and low == "slurmctldhost" else value)
+        comments = []
+    return out, why
+
+
+def setting_changes(rendered: str, live: str) -> list[str]:
+    """`Key: old -> new (why)` for each slurm.conf setting whose value a render changes
+    (`(not set)` for one only one side has), in the rendered file's order."""
+    new, why = _settings(rendered.splitlines())
+    old, _ = _settings(live.splitlines())
+    out = []
+    for low in [*new, *(k for k in old if k not in new)]:
+        before, after = old.get(low), new.get(low)
+        if before is not None and after is not None and before[1] == after[1]:
+            continue
+        key = (after or before or ("", ""))[0]
+        if before is None and after is not None and SLURM_DEFAULT_VALUES.get(low) == after[1].lower():
+            out.append(f"{key}: (not set) -> {after[1]} (Slurm's default: no change)")
+            continue
+        reason = why.get(low) or OWNED_REASONS.get(low) or ADDED_WHY.get(low) or (
+            f"slurm-hetero writes it from {OWNED_FIELDS[low]}" if low in OWNED_FIELDS else "")
+        out.append(f"{key}: {before[1] if before else '(not set)'} -> {after[1] if after else '(not set)'}"
+                   + (f" ({reason})" if reason else ""))
+    return out

@@ -23,6 +23,7 @@ from slurm_hetero.conf.containers import container_context
 from slurm_hetero.conf.devices import device_files, device_paths
 from slurm_hetero.conf.profile import Profile
 from slurm_hetero.conf.slurmconf import (
+    accounting_enforce,
     effective_profile,
     gres_coverage,
     gres_names_kept,
@@ -31,13 +32,15 @@ from slurm_hetero.conf.slurmconf import (
     with_kept_gres_lines,
 )
 from slurm_hetero.errors import InputError
+from slurm_hetero.site.hooks import Hook, joined
 from slurm_hetero.site.model import NodeGroup, Site
 from slurm_hetero.site.slurmlines import NODE_ADDRESSING
+from slurm_hetero.site.timelimits import over_time_limit
 from slurm_hetero.slurm.parse import parse_duration_s
 from slurm_hetero.templating import environment, lua_long_string
 
 __all__ = ["MANIFEST", "OUTPUTS", "Profile", "agent_config", "device_paths", "devices_spec", "is_sampled",
-           "manifest", "render_site", "render_template", "write_files"]
+           "manifest", "node_hooks", "render_site", "render_template", "write_files"]
 OUTPUTS: tuple[str, ...] = ("slurm.conf", "gres.conf", "cgroup.conf", "plugstack.conf",
                             "job_submit.lua", "qos.sacctmgr")
 # containers: Slurm's OCI config, what the node-side wrapper reads, the TaskProlog.
@@ -90,7 +93,7 @@ def _context(site: Site, profile: Profile) -> dict[str, object]:
         nodes = NodeSet.fromlist(terms) if len(terms) <= FOLD_TERMS_MAX else ",".join(terms)
         state, opts = _words(p.options, "UP")
         partitions.append({"p": p, "nodes": str(nodes), "billing": ",".join(weights),
-                           "state": state, "opts": opts})
+                           "state": state, "opts": opts, "over_time": over_time_limit(p)})
     # The dev cluster writes each node's address and port itself.
     skip = NODE_ADDRESSING if profile.node_ports else frozenset()
     node_groups = [{"g": g, **dict(zip(("state", "opts"), _words(g.options, "UNKNOWN", skip),
@@ -143,6 +146,8 @@ def _context(site: Site, profile: Profile) -> dict[str, object]:
         "health_check_interval": (site.node_agent.restore_interval
                                   if profile.health_check_interval is None
                                   else profile.health_check_interval),
+        "hooks": node_hooks(site, profile),
+        **dict(zip(("enforce", "enforce_added"), accounting_enforce(site), strict=True)),
         "sampled_groups": [g.names for g in site.node_groups
                            if is_sampled(g, profile.agent_devices, site.node_agent.sample_stacks)],
         **bridge_context(site),
@@ -190,13 +195,30 @@ def render_site(site: Site, profile: Profile | None = None) -> dict[str, str]:
     return files
 
 
-def manifest(files: Iterable[str], modes: dict[str, int] | None = None) -> str:
+def manifest(files: Iterable[str], modes: dict[str, int] | None = None,
+             hooks: Iterable[Hook] = (), site_rules: str | None = None) -> str:
     """manifest.json of a rendered folder: each file, the hosts that get it (all, controller
-    or compute) and its mode, so the deployment copies what render wrote and nothing else."""
+    or compute) and its mode, so the deployment copies what render wrote and nothing else;
+    the links the node hooks need on compute nodes (`node_hooks`) and the site's own
+    job_submit rules the controller must have (slurm.job_submit.script)."""
     modes = {**MODES, **(modes or {})}
     entries = [{"name": name, "hosts": HOSTS.get(name, "all"), "mode": f"0{modes.get(name, 0o644):o}"}
                for name in files if name != MANIFEST]
-    return json.dumps({"version": 1, "files": entries}, indent=1) + "\n"
+    out: dict[str, object] = {"version": 1, "files": entries}
+    links = [{"path": path, "target": target, "hosts": "compute"} for h in hooks for path, target in h.links]
+    if links:
+        out["links"] = links
+    if site_rules:
+        out["site_rules"] = site_rules
+    return json.dumps(out, indent=1) + "\n"
+
+
+def node_hooks(site: Site, profile: Profile) -> tuple[Hook, Hook]:
+    """Prolog and Epilog as rendered: the node agent (the profile's programs) joined to the
+    site's own (slurm.prolog, slurm.epilog), and the links each needs on every compute node
+    (site/hooks.py)."""
+    return (joined("Prolog", site.slurm.prolog, profile.prolog, profile.conf_dir),
+            joined("Epilog", site.slurm.epilog, profile.epilog, profile.conf_dir))
 
 
 def agent_config(site: Site, profile: Profile) -> str:

@@ -10,8 +10,10 @@ Slurm when the site names none (`slurm_version_for`).
 A pass-through line (`slurm.extra_lines`) whose key the template also writes replaces the
 template's line in place (the site's StateSaveLocation, SelectTypeParameters, ... win), except
 where the Profile sets that value itself (the dev cluster's paths and ports); for the comma
-lists slurm-hetero needs items of (PrologFlags, ...) the site's items are added. Every other
-line is written as given, before the node definitions.
+lists slurm-hetero needs items of (PrologFlags, ...) the site's items are added. The site's
+AccountingStorageEnforce is the template's line itself, with only what tiers need added and a
+comment saying why (`accounting_enforce`). Every other line is written as given, before the
+node definitions.
 """
 
 from __future__ import annotations
@@ -49,6 +51,12 @@ PROFILE_KEYS = {
     "authinfo": "auth_info", "accountingstoragepass": "auth_info", "mailprog": "mail_prog",
     "proctracktype": "proctrack", "taskplugin": "task_plugins",
 }
+# Keys whose site value `_context` already folds into the template's line (with what
+# slurm-hetero must add, and why): the site's line itself is not placed again.
+RESOLVED = frozenset({"accountingstorageenforce"})
+# What the template writes for AccountingStorageEnforce where the site says nothing (a new
+# cluster): a tier is a QoS its association was given (qos), and tiers' caps apply (limits).
+ENFORCE_DEFAULT = ("associations", "limits", "qos")
 # The template writes the key; a site line setting one of the others (Slurm takes only one)
 # removes the template's line.
 EXCLUSIVE = {"defmempercpu": ("defmempernode", "defmempergpu")}
@@ -122,6 +130,31 @@ def detect_slurm_version(version: Callable[[], tuple[int, int]] | None = None) -
         return None
 
 
+def accounting_enforce(site: Site) -> tuple[str | None, list[tuple[str, str]]]:
+    """(AccountingStorageEnforce as rendered, None for no line; [(item added, why)]).
+
+    The site's own items (slurm.accounting.enforce, or an extra_lines AccountingStorageEnforce)
+    are kept as they are; slurm-hetero adds only what its tiers cannot work without: limits,
+    where a tier caps accelerators with GrpTRES (Slurm applies QoS limits only with limits,
+    safe or all). A site that says nothing gets ENFORCE_DEFAULT."""
+    items: list[str] | None = list(site.slurm.accounting_enforce) \
+        if site.slurm.accounting_enforce is not None else None
+    for line in site.slurm.extra_lines:
+        key, problem = check_extra_line(line)
+        if key == "accountingstorageenforce" and not problem:
+            items = [i for i in unquote(line.split("=", 1)[1]).split(",") if i]
+    if items is None:
+        return ",".join(ENFORCE_DEFAULT), []
+    added: list[tuple[str, str]] = []
+    capped = [q.name for q in site.qos if q.grp_tres]
+    if capped and not {"limits", "safe", "all"} & {i.lower() for i in items}:
+        many = len(capped) > 1
+        added.append(("limits", f"tier{'s' if many else ''} {', '.join(capped)} cap{'' if many else 's'} "
+                      "accelerators (QoS GrpTRES), which Slurm applies only with limits"))
+    value = ",".join(items + [item for item, _ in added])
+    return value or None, added
+
+
 def effective_profile(site: Site, profile: Profile) -> Profile:
     """The profile with the site's StateSaveLocation as its state folder (the bridge's
     snapshot lives there) unless the profile sets its own."""
@@ -154,6 +187,8 @@ def place_site_lines(render: Callable[[list[str]], str], site: Site, profile: Pr
     dropped = {k for k, others in EXCLUSIVE.items() if k not in keys and keys & set(others)}
     for line in extra:
         key = _key(line)
+        if key in RESOLVED:
+            continue
         if key in written and key not in REPEATABLE and key not in _RECORD_KEYS:
             replacing[key] = line
         else:

@@ -9,7 +9,10 @@ are read with `slurm.scontrol.parse_job_devices`, which refuses a record where u
 
 from __future__ import annotations
 
+import os
+
 from slurm_hetero.errors import RuntimeFailure
+from slurm_hetero.site.gresconf import GresConfError, read_gres_conf
 from slurm_hetero.slurm.runner import Runner
 from slurm_hetero.slurm.scontrol import AmbiguousRecord, parse_job_devices, show_job_argv
 
@@ -44,3 +47,12 @@ def job_allocation(job_id: str, node: str, slurm_conf: str | None = None,
     except RuntimeFailure as e:
         raise RuntimeFailure(f"job {job_id}: slurmctld's record of its devices on {node} cannot be "
                              f"read ({e}); no devices are given to it") from e
+
+
+def autodetect_of(slurm_conf: str, node: str) -> str:
+    """The node's AutoDetect in gres.conf (beside slurm.conf); "off" where it cannot be read
+    (then the rendered device table is all there is)."""
+    try:
+        return read_gres_conf(os.path.join(os.path.dirname(slurm_conf), "gres.conf"), node).autodetect
+    except GresConfError:
+        return "off"

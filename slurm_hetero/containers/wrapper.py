@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from slurm_hetero.conf.contract import MOUNTS_VAR
-from slurm_hetero.containers.gres import job_allocation
+from slurm_hetero.containers.gres import autodetect_of, job_allocation
 from slurm_hetero.containers.nodeconf import NodeConfig, NodeFacts
 from slurm_hetero.containers.ociconfig import (
     DevicePlan,
@@ -94,9 +94,26 @@ def requested_image(slurm_cfg: dict[str, Any], conf: NodeConfig) -> Image:
 
 def node_allocation(conf: NodeConfig, job: str, node_name: str) -> dict[str, list[int]]:
     """The job's device indices on this node, from slurmctld (see the module docstring); a
-    node without device files asks nothing (CPU containers start without a Slurm call)."""
+    node without device files asks nothing (CPU containers start without a Slurm call).
+
+    Under AutoDetect=nvml slurmd numbers the GPUs itself (NVML's order), and the wrapper,
+    which runs without NVML's bindings, cannot tell which /dev/nvidiaN a GRES index is:
+    a container that holds GPUs there is refused rather than given a guess."""
     if not conf.node(node_name).devices:
-        return {}
+        auto = autodetect_of(conf.slurm_conf, node_name)
+        if auto == "off":
+            return {}
+        allocation = _allocation(conf, job, node_name)
+        if allocation.get("gpu"):
+            raise RuntimeFailure(f"gres.conf has AutoDetect={auto} for {node_name}: slurmd orders its GPUs "
+                                 "itself and the container wrapper cannot tell which device file each of "
+                                 "the job's GPUs is, so the container does not start (run it without "
+                                 "--container, or give the node group File= lines: gres_autodetect off)")
+        return allocation
+    return _allocation(conf, job, node_name)
+
+
+def _allocation(conf: NodeConfig, job: str, node_name: str) -> dict[str, list[int]]:
     try:
         return job_allocation(job, node_name, conf.slurm_conf)
     except RuntimeFailure as e:

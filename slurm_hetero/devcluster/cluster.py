@@ -18,6 +18,7 @@ slurmdbd.conf stay root's alone.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import os
@@ -43,6 +44,7 @@ from slurm_hetero.conf.render import (
     Profile,
     device_paths,
     is_sampled,
+    node_hooks,
     render_site,
     render_template,
     write_files,
@@ -111,6 +113,22 @@ def _emulated_device(path: Path) -> None:
         os.mknod(path, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
     except PermissionError:
         path.touch()
+
+
+def _hook_link(link: Path, target: str, key: str) -> None:
+    """One file of a Prolog/Epilog folder (conf/render.py node_hooks), as the Ansible role
+    links it on every compute node; all of this cluster's nodes run on this machine."""
+    try:
+        link.parent.mkdir(parents=True, exist_ok=True)
+        if link.is_symlink() and os.readlink(link) == target:
+            return
+        tmp = link.with_name(f".{link.name}.tmp")
+        tmp.unlink(missing_ok=True)
+        os.symlink(target, tmp)
+        os.replace(tmp, link)
+    except OSError as e:
+        raise InputError(f"slurm.{key.lower()}: cannot link {link} -> {target} for the node agent: "
+                         f"{e.strerror}") from e
 
 
 def bridge_every(clock: fakeclock.ClockSpec | None) -> float:
@@ -561,6 +579,9 @@ class Cluster:
 
     def _write_confs(self, site: Site, meta: ClusterMeta) -> None:
         profile = self.profile(meta)
+        if not meta.get("bridge", True):  # no daemon ends jobs at their own limits: no OverTimeLimit
+            site = dataclasses.replace(site, partitions=tuple(
+                dataclasses.replace(p, predicted_limits=False) for p in site.partitions))
         files = render_site(site, profile)
         self.shared_spool.mkdir(exist_ok=True)
         self.shared_spool.chmod(0o755)  # root's alone, as the agent checks
@@ -576,6 +597,9 @@ class Cluster:
             "slurmdbd.conf", dbd_port=meta["dbd_port"], db_socket=self.db_socket,
             auth_info=profile.auth_info, log_dir=self.log, run_dir=self.run)
         write_files(files, self.etc, modes={"slurmdbd.conf": 0o600})
+        for hook in node_hooks(site, profile):  # the agent beside the site's own Prolog/Epilog
+            for link, target in hook.links:
+                _hook_link(Path(link), target, hook.key)
         write_stubs(site, str(profile.images_root))  # containers: what --image names
         for g in site.node_groups:
             for node in g.nodes:
@@ -724,6 +748,17 @@ class Cluster:
             pid = self.pid(d)
             if pid:
                 procs.stop(pid, d.expect)
+
+    def restart_slurmctld(self, timeout: float = 30.0) -> None:
+        """Stop slurmctld and start it again: jobs come back from its saved state, partitions
+        from slurm.conf (a crash or an upgrade). Not on a replay clock (it would start off it)."""
+        if self.clock() is not None:
+            raise RuntimeFailure("restart_slurmctld: the cluster runs on a replay clock")
+        d = self.daemon("slurmctld")
+        pid = self.pid(d)
+        if d is not None and pid:
+            procs.stop(pid, d.expect)
+        self._start("slurmctld", ["slurmctld"], self._ctld_ready, timeout=timeout)
 
     def _ctld_ready(self) -> bool:
         r = self.runner.run(ping_argv(), check=False, timeout=5)

@@ -1,8 +1,12 @@
 """The node agent: Slurm Prolog/Epilog that apply a job's energy policy and meter its energy.
 
-Prolog: find the job's devices on this node, repair devices a crashed job left changed,
-resolve the policy (`auto` from the job's history), apply power caps / clock levels / NPU
-power modes to those devices only, and save the energy counters on disk.
+Prolog: find the job's devices on this node — Slurm's GRES indices, matched to the
+backend's devices by identity through gres.conf (energy/identity.py), never by number —
+repair devices a crashed job left changed, resolve the policy (`auto` from the job's
+history), apply power caps / clock levels / NPU power modes to those devices only, and
+save the energy counters on disk. A GRES index that cannot be matched, or a MIG GPU, is
+refused: a WARNING line in the agent log, `refused.json` in the node's state, a `refused`
+entry in the job's figures; the job runs as usual.
 Epilog: read the counters, restore the defaults, append the run to the history, and merge
 energy (J), mean power and mean utilisation per device into the job's admin comment.
 
@@ -26,10 +30,12 @@ from typing import Any
 
 from slurm_hetero.energy.backends import open_devices
 from slurm_hetero.energy.devices import ControlUnsupported, DeviceInfo, DeviceLayer, Reading
+from slurm_hetero.energy.identity import Target, match_devices
 from slurm_hetero.energy.ship import ship, ship_shared, spool, spool_shared
 from slurm_hetero.energy.state import AgentConfig, NodeState, config_path
 from slurm_hetero.errors import RuntimeFailure
 from slurm_hetero.fileio import write_json_atomic as write_json
+from slurm_hetero.site.gresconf import GresConfError, NodeGres, read_gres_conf
 from slurm_hetero.site.policies import EnergyPolicy
 from slurm_hetero.slurm.comment import parse_comment
 from slurm_hetero.slurm.hostlist import HostlistError, contains, expand
@@ -105,12 +111,41 @@ def requested_policy(admin_comment: str) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def restore_device(dev: DeviceLayer, st: NodeState, kind: str, index: int) -> None:
-    try:
-        dev.reset(index)
-    except ControlUnsupported as e:
-        log.info("%s%d: reset: %s", kind, index, e)
+def restore_device(dev: DeviceLayer, st: NodeState, kind: str, index: int,
+                   infos: list[DeviceInfo] | None = None) -> None:
+    """Reset the device the owner record of GRES index `index` says was changed."""
+    target = _owned_device(dev, st.owner_record(kind, index), kind, index, infos)
+    if target is not None:
+        try:
+            dev.reset(target)
+        except ControlUnsupported as e:
+            log.info("%s%d: reset: %s", kind, index, e)
     st.owner_file(kind, index).unlink(missing_ok=True)
+
+
+def _owned_device(dev: DeviceLayer, owner: dict[str, Any] | None, kind: str, index: int,
+                  infos: list[DeviceInfo] | None) -> int | None:
+    """The backend index of the device an owner record names, found again by identity."""
+    if owner is None:
+        return None
+    ident = owner.get("identity")
+    if not ident:
+        return index  # written before identities: the old agent changed backend device `index`
+    found = [d.index for d in (dev.devices() if infos is None else infos)
+             if d.kind == kind and d.identity == ident]
+    if len(found) != 1:
+        log.warning("%s%d: changed by job %s as %s, which %d devices are now: not reset",
+                    kind, index, owner.get("job"), ident, len(found))
+        return None
+    return found[0]
+
+
+def node_gres(cfg: AgentConfig, node: str) -> NodeGres | GresConfError:
+    """gres.conf as slurmd reads it for this node, or why it cannot be followed."""
+    try:
+        return read_gres_conf(cfg.gres_path(), node)
+    except GresConfError as e:
+        return e
 
 
 # ---- policy -------------------------------------------------------------------------------
@@ -178,44 +213,57 @@ def prolog(cfg: AgentConfig, job_id: str, node: str) -> dict[str, Any]:
         write_json(st.job_file(job_id), record)
         return record
     dev = open_devices(spec, st.dir)
-    infos = {d.index: d for d in dev.devices()}
+    infos = dev.devices()
+    targets = match_devices(dev, infos, node_gres(cfg, node), job.devices)
     policy, why = resolve(cfg, requested_policy(job.admin_comment), job)
     record.update(policy=policy.name if policy else None, auto_rule=why)
     with st.lock():
-        _apply_all(dev, st, job_id, job.devices, infos, policy, record)
+        _apply_all(dev, st, job_id, targets, infos, policy, record)
+        st.note_refused(job_id, {f"{t.kind}{t.idx}": t.refused for t in targets if t.refused},
+                        [f"{t.kind}{t.idx}" for t in targets if not t.refused])
     write_json(st.job_file(job_id), record)
     log.info("prolog job %s on %s: policy %s, %d devices, %.0f ms", job_id, node,
              record.get("policy"), len(record["devices"]), (time.monotonic() - t0) * 1000)
     return record
 
 
-def _apply_all(dev: DeviceLayer, st: NodeState, job_id: str, devices: dict[str, list[int]],
-               infos: dict[int, DeviceInfo], policy: EnergyPolicy | None, record: dict[str, Any]) -> None:
-    for kind, indices in devices.items():
-        for i in indices:
-            previous = st.owner(kind, i)
-            if previous and previous != job_id:  # its job is gone: Slurm gave us the device
-                log.warning("%s%d: job %s left it changed; restoring defaults", kind, i, previous)
-                restore_device(dev, st, kind, i)
-            info = infos.get(i)
-            default_w = info.power_default_w if info else 0.0
-            applied: list[str] = []
-            if policy:
-                # Owner first: a prolog killed midway leaves a record of what it may have
-                # changed, so the epilog, the next prolog or `restore` puts it back.
-                write_json(st.owner_file(kind, i), {"job": job_id})
-                applied = apply_policy(dev, kind, i, policy, default_w)
-                if not applied:
-                    st.owner_file(kind, i).unlink(missing_ok=True)
-            try:
-                r = dev.read(i)
-                start: dict[str, Any] = {"energy_j": r.energy_j, "busy_s": r.busy_s,
-                                         "covered_s": r.covered_s}
-            except ControlUnsupported as e:
-                log.info("%s%d: no reading: %s", kind, i, e)
-                start = {}
-            record["devices"].append({"kind": kind, "idx": i, "t": time.time(), "applied": applied,
-                                      "default_w": default_w, **start})
+def _apply_all(dev: DeviceLayer, st: NodeState, job_id: str, targets: list[Target],
+               infos: list[DeviceInfo], policy: EnergyPolicy | None, record: dict[str, Any]) -> None:
+    by_index = {d.index: d for d in infos}
+    for t in targets:
+        kind, i = t.kind, t.idx  # i: Slurm's GRES index; t.dev: the backend's index
+        previous = st.owner(kind, i)
+        if previous and previous != job_id:  # its job is gone: Slurm gave us the device
+            log.warning("%s%d: job %s left it changed; restoring defaults", kind, i, previous)
+            restore_device(dev, st, kind, i, infos)
+        if t.dev is None:
+            # Never fail the job for it; say so where admins and the exporter look.
+            log.warning("job %s: %s%d not matched to a %s device: %s; no policy applied, not metered",
+                        job_id, kind, i, dev.name, t.refused)
+            record["devices"].append({"kind": kind, "idx": i, "t": time.time(), "applied": [],
+                                      "refused": t.refused})
+            continue
+        d = t.dev
+        info = by_index.get(d)
+        default_w = info.power_default_w if info else 0.0
+        applied: list[str] = []
+        if policy:
+            # Owner first: a prolog killed midway leaves a record of what it may have
+            # changed (which device, by identity), so the epilog, the next prolog or
+            # `restore` puts it back.
+            write_json(st.owner_file(kind, i), {"job": job_id, "dev": d, "identity": t.identity})
+            applied = apply_policy(dev, kind, d, policy, default_w)
+            if not applied:
+                st.owner_file(kind, i).unlink(missing_ok=True)
+        try:
+            r = dev.read(d)
+            start: dict[str, Any] = {"energy_j": r.energy_j, "busy_s": r.busy_s,
+                                     "covered_s": r.covered_s}
+        except ControlUnsupported as e:
+            log.info("%s%d: no reading: %s", kind, i, e)
+            start = {}
+        record["devices"].append({"kind": kind, "idx": i, "dev": d, "identity": t.identity,
+                                  "t": time.time(), "applied": applied, "default_w": default_w, **start})
 
 
 def epilog(cfg: AgentConfig, job_id: str, node: str) -> dict[str, Any] | None:
@@ -231,17 +279,23 @@ def epilog(cfg: AgentConfig, job_id: str, node: str) -> dict[str, Any] | None:
     per_device = []
     if spec and record["devices"]:
         dev = open_devices(spec, st.dir)
+        infos: list[DeviceInfo] | None = None  # asked once, only if a device needs restoring
         for d in record["devices"]:
             kind, i = d["kind"], d["idx"]
+            if d.get("refused"):
+                per_device.append({"kind": kind, "idx": i, "refused": d["refused"]})
+                continue
+            b = int(d.get("dev", i))  # the backend's index (records before identities: i)
             try:
-                end = dev.read(i)
+                end = dev.read(b)
             except ControlUnsupported as e:
                 log.info("%s%d: no reading: %s", kind, i, e)
                 end = None
-            per_device.append(device_figures(d, end, dev.mean_util(i, d["t"]), time.time()))
+            per_device.append(device_figures(d, end, dev.mean_util(b, d["t"]), time.time()))
             with st.lock():
                 if st.owner(kind, i) == job_id:
-                    restore_device(dev, st, kind, i)
+                    infos = dev.devices() if infos is None else infos
+                    restore_device(dev, st, kind, i, infos)
     if spec:
         _restore_owned(cfg, st, node, job_id)  # changed by a prolog that stopped midway
     summary = summarize(record, per_device)
@@ -267,10 +321,11 @@ def _restore_owned(cfg: AgentConfig, st: NodeState, node: str, job_id: str) -> N
     if spec is None or not owned:
         return
     dev = open_devices(spec, st.dir)
+    infos = dev.devices()
     with st.lock():
         for kind, i in owned:
             if st.owner(kind, i) == job_id:
-                restore_device(dev, st, kind, i)
+                restore_device(dev, st, kind, i, infos)
 
 
 def device_figures(start: dict[str, Any], end: Reading | None, sampled_util: float | None,
@@ -306,7 +361,7 @@ def summarize(record: dict[str, Any], per_device: list[dict[str, Any]]) -> dict[
     out: dict[str, Any] = {"devices": per_device}
     if energies:
         out["energy_j"] = round(sum(energies), 1)
-        secs = max(max(d["s"] for d in per_device), 1e-3)
+        secs = max(max(d["s"] for d in per_device if "s" in d), 1e-3)  # refused devices have none
         out["power_w"] = round(sum(energies) / secs, 1)
     if utils:
         out["util"] = round(sum(utils) / len(utils), 3)
@@ -399,21 +454,43 @@ def restore(cfg: AgentConfig, node: str, alive: Callable[[str], bool] | None,
     done: list[str] = []
     if spec is not None:
         dev = open_devices(spec, st.dir)
-        # Slurm is asked outside the lock (seconds); under it, a device is reset only if the
-        # same job still owns it and its prolog is not a moment ago (a new job starting).
-        targets = ({(d.kind, d.index): "" for d in dev.devices()} if alive is None
-                   else {k: j for k, j in st.owners().items() if not _asks(alive, j, True)})
-        with st.lock():
-            for (kind, i), job in sorted(targets.items()):
-                if job and (st.owner(kind, i) != job or st.owner_age(kind, i) < grace_s):
-                    continue
-                restore_device(dev, st, kind, i)
-                done.append(f"{kind}{i}" + (f" (job {job})" if job else ""))
+        infos = dev.devices()
+        if alive is None:
+            with st.lock():
+                done += _reset_every_device(dev, st, infos)
+        else:
+            # Slurm is asked outside the lock (seconds); under it, a device is reset only if
+            # the same job still owns it and its prolog is not a moment ago (a new job starting).
+            targets = {k: j for k, j in st.owners().items() if not _asks(alive, j, True)}
+            with st.lock():
+                for (kind, i), job in sorted(targets.items()):
+                    if st.owner(kind, i) != job or st.owner_age(kind, i) < grace_s:
+                        continue
+                    restore_device(dev, st, kind, i, infos)
+                    done.append(f"{kind}{i} (job {job})")
     if alive is not None:
         gone = gone or (lambda job: not alive(job))
         for f in st.dir.glob("job-*.json"):
             if _worth_asking(f) and _asks(gone, f.stem[4:], False):
                 f.unlink(missing_ok=True)
+    return done
+
+
+def _reset_every_device(dev: DeviceLayer, st: NodeState, infos: list[DeviceInfo]) -> list[str]:
+    """`restore --all`: every device of the backend (by its own index) and every owner record.
+    MIG GPUs are left alone: the agent never changes them, and their settings are the admin's."""
+    done = []
+    for d in infos:
+        if d.mig:
+            log.info("%s %d: MIG mode on: left alone", d.kind, d.index)
+            continue
+        try:
+            dev.reset(d.index)
+        except ControlUnsupported as e:
+            log.info("%s %d: reset: %s", d.kind, d.index, e)
+        done.append(f"{d.kind}{d.index}")
+    for f in st.dir.glob("dev-*.json"):
+        f.unlink(missing_ok=True)
     return done
 
 

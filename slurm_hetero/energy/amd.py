@@ -20,6 +20,7 @@ import time
 from typing import Any
 
 from slurm_hetero.energy.devices import ControlUnsupported, DeviceInfo, Reading, reset_each
+from slurm_hetero.energy.identity import pci_file_identity, pci_identity_of
 
 
 def _load() -> Any:
@@ -77,13 +78,18 @@ class AmdSmiDevices:
                     clocks[f"{label}_max"] = int(_num(c.get("max_clk")))
                 except smi.AmdSmiException:
                     pass
+            bdf = self._optional(smi.amdsmi_get_gpu_device_bdf, h)
             out.append(DeviceInfo(
                 index=i, kind="gpu", name=str(asic.get("market_name", "")),
                 uuid=self._optional(smi.amdsmi_get_gpu_device_uuid, h),
                 memory_mib=int(_num(self._optional_dict(smi.amdsmi_get_gpu_vram_info, h).get("vram_size"))),
-                pci_bus=self._optional(smi.amdsmi_get_gpu_device_bdf, h),
-                power_default_w=default, power_min_w=lo, power_max_w=hi, clocks_mhz=clocks))
+                pci_bus=bdf, power_default_w=default, power_min_w=lo, power_max_w=hi, clocks_mhz=clocks,
+                identity=pci_identity_of(bdf)))
         return out
+
+    def file_identity(self, path: str) -> str:
+        """The render (or card) node's PCI address: gres.conf names /dev/dri/renderD<N>."""
+        return pci_file_identity(path)
 
     def _optional(self, fn: Any, h: Any) -> str:
         try:

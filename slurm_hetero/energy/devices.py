@@ -30,6 +30,11 @@ class DeviceInfo:
     power_min_w: float = 0.0
     power_max_w: float = 0.0
     clocks_mhz: dict[str, int] = field(default_factory=dict)
+    # What ties the device to the device file gres.conf names for it (energy/identity.py):
+    # "minor:N" for NVIDIA (/dev/nvidiaN), "pci:DOMAIN:BUS:DEV.FN" for AMD and Ascend.
+    identity: str = ""
+    minor: int | None = None  # NVIDIA's minor number (AutoDetect=nvml names /dev/nvidia<minor>)
+    mig: bool = False  # MIG mode on: one power limit and clock for every instance's job
 
 
 @dataclass(frozen=True)
@@ -49,6 +54,11 @@ class DeviceLayer(Protocol):
     name: str
 
     def devices(self) -> list[DeviceInfo]: ...
+
+    def file_identity(self, path: str) -> str:
+        """The identity the device file at path carries, in DeviceInfo.identity's terms;
+        ControlUnsupported (saying why) when it has none this backend can match."""
+        ...
 
     def read(self, index: int) -> Reading: ...
 
@@ -87,6 +97,9 @@ class NoDevices:
 
     def devices(self) -> list[DeviceInfo]:
         return []
+
+    def file_identity(self, path: str) -> str:
+        raise ControlUnsupported("no device backend on this node")
 
     def read(self, index: int) -> Reading:
         raise ControlUnsupported("no device backend on this node")

@@ -5,17 +5,25 @@ state (limits, levels, energy counters) must survive between them. Energy grows 
 power x time, where power = min(limit, default limit x load) and load is per device
 (tests set it to stand for compute- or memory-bound work). With `counter: false` it
 stands for npu-smi: power and use "now" only, no energy counter, no utilisation history.
+
+Identity (energy/identity.py): a fake device has a minor number (its index unless the test
+says otherwise) and MIG mode off. The dev cluster's device files are all copies of
+/dev/null, so the fake reads a file's identity from its name instead: the number at its
+end is the minor (`nvidia3`, `davinci3`: 3; DRM render nodes count from 128, as the
+kernel's do: `renderD131`: 3).
 """
 
 from __future__ import annotations
 
 import fcntl
 import json
+import re
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from slurm_hetero.energy.devices import DeviceInfo, Reading
+from slurm_hetero.energy.devices import ControlUnsupported, DeviceInfo, Reading
 from slurm_hetero.fileio import write_json_atomic
 
 
@@ -29,11 +37,16 @@ class FakeDevices:
     @staticmethod
     def create(path: str | Path, kind: str, count: int, model: str = "fake",
                default_w: float = 400.0, load: float = 0.8, memory_mib: int = 0,
-               counter: bool = True) -> None:
+               counter: bool = True, minors: Sequence[int] | None = None,
+               mig: Sequence[int] = ()) -> None:
+        """minors: each device's minor number in the backend's order (default: its index);
+        mig: the indices of devices in MIG mode."""
+        minors = list(range(count)) if minors is None else list(minors)
         devs = [{"index": i, "kind": kind, "name": model, "memory_mib": memory_mib,
                  "default_w": default_w, "limit_w": default_w,
                  "clock_level": "default", "npu_mode": "normal", "load": load,
-                 "energy_j": 0.0, "t": time.time(), "counter": counter} for i in range(count)]
+                 "energy_j": 0.0, "t": time.time(), "counter": counter,
+                 "minor": minors[i], "mig": i in mig} for i in range(count)]
         write_json_atomic(path, {"devices": devs})
 
     def _load(self) -> dict[str, Any]:
@@ -56,10 +69,22 @@ class FakeDevices:
 
     # ---- DeviceLayer ---------------------------------------------------------------------
     def devices(self) -> list[DeviceInfo]:
-        return [DeviceInfo(d["index"], d["kind"], d["name"], uuid=f"FAKE-{d['index']}",
-                           memory_mib=d.get("memory_mib", 0),
-                           power_default_w=d["default_w"], power_min_w=d["default_w"] * 0.25,
-                           power_max_w=d["default_w"]) for d in self._load()["devices"]]
+        out = []
+        for d in self._load()["devices"]:
+            minor = d.get("minor", d["index"])  # files written before minors existed
+            out.append(DeviceInfo(d["index"], d["kind"], d["name"], uuid=f"FAKE-{d['index']}",
+                                  memory_mib=d.get("memory_mib", 0),
+                                  power_default_w=d["default_w"], power_min_w=d["default_w"] * 0.25,
+                                  power_max_w=d["default_w"], minor=minor,
+                                  identity="" if minor is None else f"minor:{minor}",
+                                  mig=bool(d.get("mig", False))))
+        return out
+
+    def file_identity(self, path: str) -> str:
+        m = _NUMBERED.search(path.rsplit("/", 1)[-1])
+        if not m:
+            raise ControlUnsupported(f"{path}: no number at the end of the name (the fake's minor)")
+        return f"minor:{int(m.group(2)) - (128 if m.group(1) == 'renderD' else 0)}"
 
     def read(self, index: int) -> Reading:
         d, now = self._load()["devices"][index], time.time()
@@ -88,6 +113,9 @@ class FakeDevices:
         """What is applied now (tests read it to check restores)."""
         d: dict[str, Any] = self._load()["devices"][index]
         return d
+
+
+_NUMBERED = re.compile(r"(renderD)?(\d+)$")
 
 
 def _power(d: dict[str, Any]) -> float:

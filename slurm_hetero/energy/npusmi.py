@@ -17,6 +17,7 @@ import time
 from dataclasses import dataclass
 
 from slurm_hetero.energy.devices import ControlUnsupported, DeviceInfo, Reading
+from slurm_hetero.energy.identity import pci_file_identity, pci_identity_of
 
 _ROW1 = re.compile(r"^\|\s*(\d+)\s+(\S+)\s*\|\s*(\w+)\s*\|\s*([\d.]+|-)\s+(\d+|-)")
 _ROW2 = re.compile(r"^\|\s*(\d+)\s*\|\s*([0-9A-Fa-f:.]+)\s*\|\s*(\d+|-)\s+[\d ]+/\s*\d+\s+(\d+)\s*/\s*(\d+)")
@@ -87,7 +88,12 @@ class NpuSmiDevices:
 
     def devices(self) -> list[DeviceInfo]:
         return [DeviceInfo(index=i, kind="npu", name=r.name, memory_mib=r.hbm_total_mib,
-                           pci_bus=r.bus_id) for i, r in enumerate(self._rows())]
+                           pci_bus=r.bus_id, identity=pci_identity_of(r.bus_id))
+                for i, r in enumerate(self._rows())]
+
+    def file_identity(self, path: str) -> str:
+        """The davinci node's PCI address (from sysfs; not yet seen on Ascend hardware)."""
+        return pci_file_identity(path)
 
     def read(self, index: int) -> Reading:
         rows = self._rows()

@@ -10,6 +10,7 @@ import time
 from typing import Any
 
 from slurm_hetero.energy.devices import ControlUnsupported, DeviceInfo, Reading, reset_each
+from slurm_hetero.energy.identity import nvidia_file_identity
 
 try:
     import pynvml
@@ -60,13 +61,18 @@ class NvmlDevices:
                     clocks[f"{label}_max"] = pynvml.nvmlDeviceGetMaxClockInfo(h, kind)
                 except pynvml.NVMLError:
                     pass
+            minor = _minor(h)
             out.append(DeviceInfo(
                 index=i, kind="gpu", name=_str(pynvml.nvmlDeviceGetName(h)),
                 uuid=_str(pynvml.nvmlDeviceGetUUID(h)), memory_mib=int(mem.total) // 2**20,
                 pci_bus=_str(pynvml.nvmlDeviceGetPciInfo(h).busId),
                 power_default_w=default / 1000, power_min_w=lo / 1000, power_max_w=hi / 1000,
-                clocks_mhz=clocks))
+                clocks_mhz=clocks, identity="" if minor is None else f"minor:{minor}", minor=minor,
+                mig=_mig_on(h)))
         return out
+
+    def file_identity(self, path: str) -> str:
+        return nvidia_file_identity(path)
 
     def read(self, index: int) -> Reading:
         h = self._h(index)
@@ -113,6 +119,23 @@ class NvmlDevices:
 
         reset_each([lambda: self._call("clock reset", pynvml.nvmlDeviceResetGpuLockedClocks, h),
                     default_limit])
+
+def _minor(h: Any) -> int | None:
+    """The N of /dev/nvidiaN (None where NVML cannot say, as on some virtual GPUs)."""
+    try:
+        return int(pynvml.nvmlDeviceGetMinorNumber(h))
+    except pynvml.NVMLError:
+        return None
+
+
+def _mig_on(h: Any) -> bool:
+    """MIG mode currently on (GPUs without MIG answer NOT_SUPPORTED: off)."""
+    try:
+        current, _pending = pynvml.nvmlDeviceGetMigMode(h)
+    except pynvml.NVMLError:
+        return False
+    return bool(current == pynvml.NVML_DEVICE_MIG_ENABLE)
+
 
 def _str(v: bytes | str) -> str:
     return v.decode() if isinstance(v, bytes) else v

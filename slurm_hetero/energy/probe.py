@@ -18,7 +18,7 @@ from slurm_hetero.site.catalog import AccelModel
 from slurm_hetero.site.names import normalize_arch
 
 if TYPE_CHECKING:  # the site model needs ClusterShell; probing a node does not
-    from slurm_hetero.site.model import Site
+    from slurm_hetero.site.model import NodeGroup, Site
 
 
 @dataclass
@@ -93,10 +93,20 @@ def probe(devices: list[DeviceLayer], catalog: dict[str, AccelModel]) -> NodeDes
     for mid, devs in found.items():
         desc.accelerators.append({"model": mid, "count": len(devs), "devices": [
             {"index": d.index, "name": d.name, "uuid": d.uuid, "memory_mib": d.memory_mib,
-             "pci_bus": d.pci_bus, "power_default_w": d.power_default_w,
+             "pci_bus": d.pci_bus, "identity": d.identity, "mig": d.mig,
+             "power_default_w": d.power_default_w,
              "power_range_w": [d.power_min_w, d.power_max_w], "clocks_mhz": d.clocks_mhz}
             for d in devs]})
     return desc
+
+
+def slurm_type_name(nvml_name: str) -> str:
+    """The GPU type gpu/nvml derives from NVML's name (lowercase, blanks as `_`).
+
+    >>> slurm_type_name("NVIDIA A100-SXM4-80GB"), slurm_type_name("NVIDIA H100 80GB HBM3")
+    ('nvidia_a100-sxm4-80gb', 'nvidia_h100_80gb_hbm3')
+    """
+    return nvml_name.strip().lower().replace(" ", "_")
 
 
 def drift(desc: NodeDescription, site: Site, node: str) -> list[str]:
@@ -114,10 +124,32 @@ def drift(desc: NodeDescription, site: Site, node: str) -> list[str]:
     if desc.memory_mib < group.memory_mib:
         out.append(f"memory: site says {group.memory_mib} MiB, node has only {desc.memory_mib} MiB "
                    "(slurmd would drain it)")
+    out += _gres_identity_drift(desc, group)
     want_acc = {a.model.id: a.count for a in group.accelerators}
     have_acc = {a["model"]: a["count"] for a in desc.accelerators}
     for mid in sorted(set(want_acc) | set(have_acc)):
         if want_acc.get(mid, 0) != have_acc.get(mid, 0):
             out.append(f"accelerators {mid}: site says {want_acc.get(mid, 0)}, "
                        f"node has {have_acc.get(mid, 0)}")
+    return out
+
+
+def _gres_identity_drift(desc: NodeDescription, group: NodeGroup) -> list[str]:
+    """What would make slurmd's GPUs and the agent's disagree on this node: MIG the site
+    does not acknowledge, and, under AutoDetect=nvml, a Type slurmd cannot find in NVML's
+    names (it keeps a GPU only when its gres.conf Type is part of that name)."""
+    devices = [d for a in desc.accelerators for d in a["devices"]]
+    out = [f"device {d['index']} ({d['name']}) has MIG mode on; the site does not say "
+           "`mig: unsupported` (no energy policy reaches a MIG GPU)"
+           for d in devices if d.get("mig") and not group.mig_unsupported]
+    if group.gres_autodetect == "nvml":
+        names = [slurm_type_name(str(d["name"])) for d in devices]
+        for a in group.accelerators:
+            t = a.model.gres_type.lower()
+            found = sum(t in n for n in names)
+            if found < a.count:
+                out.append(f"gres_autodetect nvml: Type={t} is part of {found} of NVML's GPU names here "
+                           f"({', '.join(sorted(set(names))) or 'none'}), the site says {a.count}: slurmd "
+                           "keeps a GPU only when its Type is part of that name; give the model a "
+                           "gres_type that is")
     return out

@@ -25,6 +25,9 @@ class SampledDevices:
     def devices(self) -> list[DeviceInfo]:
         return self.inner.devices()
 
+    def file_identity(self, path: str) -> str:
+        return self.inner.file_identity(path)
+
     def read(self, index: int) -> Reading:
         r = self.inner.read(index)
         c = self._counters(index, r.timestamp)

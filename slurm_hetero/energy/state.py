@@ -13,7 +13,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from slurm_hetero.fileio import write_json_atomic
 from slurm_hetero.site.policies import AutoRule, EnergyPolicy
 from slurm_hetero.slurm import hostlist
 
@@ -27,6 +29,8 @@ class AgentConfig:
     auto: AutoRule
     update_comment: bool = True
     shared_spool: Path | None = None  # site node_agent.shared_spool (energy/ship.py)
+    # The gres.conf slurmd reads (GRES index -> device file); None: the one beside slurm.conf.
+    gres_conf: Path | None = None
 
     @classmethod
     def load(cls, path: Path) -> AgentConfig:
@@ -35,7 +39,14 @@ class AgentConfig:
         return cls(state_dir=Path(d["state_dir"]), history=Path(d["history"]), groups=d["groups"],
                    policies={k: EnergyPolicy(name=k, **v) for k, v in d["policies"].items()},
                    auto=AutoRule(**d.get("auto", {})), update_comment=d.get("update_comment", True),
-                   shared_spool=Path(shared) if isinstance(shared, str) and shared.startswith("/") else None)
+                   shared_spool=Path(shared) if isinstance(shared, str) and shared.startswith("/") else None,
+                   gres_conf=Path(d["gres_conf"]) if isinstance(d.get("gres_conf"), str) else None)
+
+    def gres_path(self) -> Path:
+        """Slurm reads gres.conf from slurm.conf's folder, always."""
+        if self.gres_conf is not None:
+            return self.gres_conf
+        return Path(os.environ.get("SLURM_CONF", "/etc/slurm/slurm.conf")).parent / "gres.conf"
 
     def devices_for(self, node: str) -> str | None:
         for g in self.groups:
@@ -63,10 +74,30 @@ class NodeState:
         return self.dir / f"dev-{kind}{index}.json"
 
     def owner(self, kind: str, index: int) -> str | None:
+        rec = self.owner_record(kind, index)
+        return str(rec["job"]) if rec and "job" in rec else None
+
+    def owner_record(self, kind: str, index: int) -> dict[str, Any] | None:
+        """{"job", and since identities: "dev" (backend index), "identity"} of a changed device."""
         try:
-            return str(json.loads(self.owner_file(kind, index).read_text())["job"])
-        except (OSError, ValueError, KeyError):
+            rec = json.loads(self.owner_file(kind, index).read_text())
+        except (OSError, ValueError):
             return None
+        return rec if isinstance(rec, dict) else None
+
+    def note_refused(self, job_id: str, refused: dict[str, str], matched: list[str]) -> None:
+        """`refused.json`: per GRES device (`gpu3`), the last job the agent could not match it
+        for and why, for admins and the node exporter; a device matched since drops out."""
+        path = self.dir / "refused.json"
+        try:
+            current = json.loads(path.read_text())
+            current = current if isinstance(current, dict) else {}
+        except (OSError, ValueError):
+            current = {}
+        new = {k: v for k, v in current.items() if k not in matched and k not in refused}
+        new.update({k: {"job": job_id, "why": why, "t": round(time.time())} for k, why in refused.items()})
+        if new != current:
+            write_json_atomic(path, new)
 
     @contextmanager
     def lock(self) -> Iterator[None]:

@@ -8,8 +8,10 @@ in, figures out. All times are on the cluster's clock (trace seconds).
   wait ends at its first start, and its earlier incarnations count in utilisation;
 - bounded slowdown = max(1, (wait + run) / max(run, 10 s)), AVEbsld its mean;
 - utilisation = resource-seconds in use inside the window / (capacity x window);
-- killed at limit: TIMEOUT; killed early: TIMEOUT before the user's own limit (with
-  `LIMIT_SLACK_S` for Slurm's kill latency) — the bridge must never cause one.
+- killed at limit: TIMEOUT, or, where limits are soft (predicted limits: OverTimeLimit),
+  CANCELLED by the bridge daemon at the job's own limit (its admin comment says so);
+  killed early: either before the user's own limit (with `LIMIT_SLACK_S` for the kill's
+  latency) — the bridge must never cause one.
 """
 
 from __future__ import annotations
@@ -56,6 +58,12 @@ class Outcome:
     # or CPUs held). `start`/`end` are the last incarnation's.
     earlier: tuple[tuple[float, float, str, int], ...] = ()
     work: bool = False  # its body did work at its pool's speed (it ran no fixed runtime)
+    ended_at_own_limit: bool = False  # cancelled by the bridge daemon at its own limit
+
+    @property
+    def at_limit(self) -> bool:
+        """Ended by its limit: Slurm's TIMEOUT, or the daemon's end where limits are soft."""
+        return self.state == "TIMEOUT" or self.ended_at_own_limit
 
     @property
     def restarts(self) -> int:
@@ -79,7 +87,7 @@ class Outcome:
 
     @property
     def killed_early(self) -> bool:
-        if self.state != "TIMEOUT":
+        if not self.at_limit:
             return False
         run = self.run or 0.0
         return self.user_limit_s is None or run < self.user_limit_s - LIMIT_SLACK_S
@@ -145,7 +153,8 @@ def outcomes(jobs: Iterable[tuple[ReplayJob, str, float, float | None]],
             accel=rec.accel if rec and rec.accel else job.accel, pool=pools.of(rec),
             limit_final_s=rec.limit_min * 60 if rec and rec.limit_min is not None else None,
             predicted_s=rec.predicted_s if rec else None,
-            earlier=earlier, work=work and bool(job.accel)))
+            earlier=earlier, work=work and bool(job.accel),
+            ended_at_own_limit=bool(rec and rec.ended_at_own_limit)))
     return out
 
 
@@ -241,11 +250,11 @@ def figures(outs: list[Outcome], capacity: Mapping[str, float], t0: float, hours
         f.ave_bsld = float(np.mean(slow)) if slow else None
         f.wait_mean = float(np.mean(waits)) if waits else None
         f.wait_p50, f.wait_p90 = _q(waits, 0.5), _q(waits, 0.9)
-        f.killed_at_limit = sum(o.state == "TIMEOUT" for o in measured)
+        f.killed_at_limit = sum(o.at_limit for o in measured)
         f.killed_early = sum(o.killed_early for o in measured)
         bad: dict[str, int] = {}
         for o in measured:
-            if o.state in BAD_STATES or o.state == "NOT_IN_SACCT":
+            if (o.state in BAD_STATES and not o.at_limit) or o.state == "NOT_IN_SACCT":
                 bad[o.state] = bad.get(o.state, 0) + 1
         f.bad_states, f.failed = bad, sum(bad.values())
         f.unfinished = sum(o.end is None for o in measured)
@@ -279,7 +288,7 @@ def distribution(values: list[float]) -> dict[str, float | int | None]:
 
 def runtime_errors(outs: list[Outcome]) -> list[float]:
     """Per finished job: how much longer (or shorter) than its runtime it ran, trace s."""
-    return [e for o in outs if o.state in ("COMPLETED", "TIMEOUT") and not o.restarts and not o.work
+    return [e for o in outs if (o.state == "COMPLETED" or o.at_limit) and not o.restarts and not o.work
             and (e := o.runtime_error) is not None]
 
 

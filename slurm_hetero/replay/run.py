@@ -332,7 +332,9 @@ def run_arm(factory: ClusterFactory, workdir: Path, site: Site, sel: Selection, 
             say(f"created {len(made)} local users for the trace's users ({made[0]}, ...)")
     if arm.migrate:
         site = migrating_site(site, workdir.with_name(f"{workdir.name}.site.yaml"), arm.migrate_running)
-    if not arm.predicted_limits:
+    # Without a model no limit is shortened: no OverTimeLimit either, so Slurm times jobs
+    # out itself, as in the arms' earlier results.
+    if not arm.predicted_limits or not arm.model:
         site = unlimited_site(site, workdir.with_name(f"{workdir.name}.site.yaml"))
     t_start = time.monotonic()
     cluster = factory(workdir)

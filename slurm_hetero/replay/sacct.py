@@ -50,6 +50,12 @@ class JobRecord:
         return float(p90) if isinstance(p90, int | float) else None
 
     @property
+    def ended_at_own_limit(self) -> bool:
+        """Cancelled by the bridge daemon at its own limit, where limits are soft
+        (OverTimeLimit): Slurm's TIMEOUT, on such a partition (bridge/daemon.py)."""
+        return self.state == "CANCELLED" and self.admin.get("ended") == "own_limit"
+
+    @property
     def accel(self) -> int:
         """Accelerator devices allocated (gres/gpu + gres/npu, whole job)."""
         return int(sum(v for k, v in self.tres.items() if k in ("gres/gpu", "gres/npu")))

@@ -14,6 +14,7 @@ from typing import Any
 
 from ClusterShell.NodeSet import NodeSet, NodeSetParseError
 
+from slurm_hetero.site.hooks import glob_problem
 from slurm_hetero.site.limits import MAX_NODES, HostlistError, hostlist_size, shown
 from slurm_hetero.site.model import Controller, NodeGroup, Partition, SlurmSettings
 from slurm_hetero.site.slurmlines import (
@@ -30,6 +31,9 @@ from slurm_hetero.site.slurmlines import (
 
 Err = Callable[..., None]  # _Builder.err(path, message, hint="")
 Path_ = tuple[str | int, ...]
+# PartitionName words slurm-hetero writes on a partition with predicted_limits.
+PREDICTED_OWNED = {"overtimelimit": "nothing: with predicted_limits, OverTimeLimit is MaxTime so that "
+                                    "no job is killed before its user's own limit"}
 EXTRA_HINT = ("one slurm.conf setting per entry, as Slurm spells it (SchedulerParameters=bf_continue), "
               "or Include /path")
 
@@ -179,6 +183,48 @@ def _gres_lines(items: list[str], groups: tuple[NodeGroup, ...], err: Err) -> No
                         f"({g.names})", "its accelerators' GRES types: " + ", ".join(sorted(allowed)))
 
 
+def _site_hooks(raw: dict[str, Any], err: Err) -> None:
+    """The site's own hooks: job_submit rules, Prolog/Epilog, plugstack.conf lines."""
+    script = (raw.get("job_submit") or {}).get("script")
+    if script and script.rsplit("/", 1)[-1] == "job_submit.lua":
+        err(("slurm", "job_submit", "script"), f"{script}: the rendered job_submit.lua takes that name",
+            "keep the site's rules under another name, e.g. /etc/slurm/job_submit.site.lua "
+            "(slurmctld loads only job_submit.lua; the rendered one loads the site's)")
+    for key in ("prolog", "epilog"):
+        value = raw.get(key)
+        problem = glob_problem(value) if value else None
+        if problem:
+            err(("slurm", key), problem, "e.g. /etc/slurm/prolog.d/* or /usr/local/sbin/site-prolog")
+    for i, text in enumerate(raw.get("plugstack_lines") or []):
+        problem = plugstack_problem(text)
+        if problem:
+            err(("slurm", "plugstack_lines", i), problem,
+                "a plugstack.conf line: required|optional PLUGIN.so [ARGS], or include GLOB")
+
+
+def plugstack_problem(text: str) -> str | None:
+    """Why a plugstack.conf line cannot be kept as written, or None.
+
+    >>> plugstack_problem("required /usr/lib/x86_64-linux-gnu/slurm/spank_pyxis.so runtime_path=/run/pyxis")
+    >>> plugstack_problem("include /etc/slurm/plugstack.conf.d/*")
+    >>> plugstack_problem("load pyxis.so")
+    "the first word must be required, optional or include (got 'load')"
+    """
+    words = text.split()
+    if not words:
+        return "an empty line"
+    if "#" in text:
+        return "'#' starts a comment in plugstack.conf: the rest of the line would be lost"
+    first = words[0].lower()
+    if first == "include":
+        return None if len(words) == 2 else "include takes one path or glob"
+    if first not in ("required", "optional"):
+        return f"the first word must be required, optional or include (got {words[0][:40]!r})"
+    if len(words) < 2 or not words[1].endswith(".so"):
+        return f"{words[0]} takes a plugin (a .so path, or a name in PluginDir), then its arguments"
+    return None
+
+
 def load_slurm(data: dict[str, Any], groups: tuple[NodeGroup, ...], partitions: tuple[Partition, ...],
                err: Err) -> SlurmSettings:
     """The `slurm:` section, checked against the node groups and partitions; also the
@@ -187,16 +233,24 @@ def load_slurm(data: dict[str, Any], groups: tuple[NodeGroup, ...], partitions: 
     for i, g in enumerate(data["node_groups"]):
         check_options(g.get("options"), NODE_OWNED, ("node_groups", i), err)
     for i, p in enumerate(data["partitions"]):
-        check_options(p.get("options"), PARTITION_OWNED, ("partitions", i), err)
+        owned = {**PARTITION_OWNED, **PREDICTED_OWNED} if p.get("predicted_limits") else PARTITION_OWNED
+        check_options(p.get("options"), owned, ("partitions", i), err)
     controllers = _controllers(list(raw.get("controllers") or []), err)
     acct = raw.get("accounting") or {}
     version = raw.get("version")
     _extra_lines(list(raw.get("extra_lines") or []), err)
+    if "enforce" in acct:
+        for i, text in enumerate(raw.get("extra_lines") or []):
+            if check_extra_line(text)[0] == "accountingstorageenforce":
+                err(("slurm", "extra_lines", i), "AccountingStorageEnforce is also slurm.accounting.enforce",
+                    "keep one of them (slurm.accounting.enforce: [associations, ...])")
     whole = len(groups) == len(data["node_groups"])  # else a group's own problem is reported
     kept = _keep_nodes(list(raw.get("keep_nodes") or []), groups, err)
     _keep_partitions(list(raw.get("keep_partitions") or []), partitions, err)
     if whole:
         _gres_lines(list(raw.get("gres_lines") or []), groups, err)
+    _site_hooks(raw, err)
+    job_submit = raw.get("job_submit") or {}
     for i, p in enumerate(data["partitions"]):
         if "extra_nodes" not in p:
             continue
@@ -210,9 +264,14 @@ def load_slurm(data: dict[str, Any], groups: tuple[NodeGroup, ...], partitions: 
         cluster_name=raw.get("cluster_name"), controllers=controllers,
         accounting_host=acct.get("host"), accounting_port=acct.get("port"),
         accounting_tres=tuple(acct.get("tres") or ()),
+        accounting_enforce=tuple(acct["enforce"]) if "enforce" in acct else None,
         version=(int(version[:2]), int(version[3:])) if version else None,
         extra_lines=tuple(raw.get("extra_lines") or ()),
         keep_nodes=tuple(raw.get("keep_nodes") or ()),
         keep_partitions=tuple(raw.get("keep_partitions") or ()),
         gres_lines=tuple(raw.get("gres_lines") or ()),
+        job_submit_script=job_submit.get("script"),
+        job_submit_order=job_submit.get("order", "site-first"),
+        prolog=raw.get("prolog"), epilog=raw.get("epilog"), task_prolog=raw.get("task_prolog"),
+        plugstack_lines=tuple(raw.get("plugstack_lines") or ()),
     )

@@ -433,6 +433,13 @@ class _Builder:
                 if p not in partitions:
                     self.err((*base, "partitions", j), f"unknown partition {p!r}",
                              near(p, partitions))
+            autodetect = self._gres_autodetect(g, accels, base)
+            if g.get("mig") is True:
+                self.err((*base, "mig"), "slurm-hetero does not model MIG instances: it renders whole GPUs, "
+                         "and capping a MIG GPU's power or clocks would change every instance's job",
+                         "write `mig: unsupported` to run these nodes anyway (their MIG GRES lines are "
+                         "yours: slurm.gres_lines or gres_autodetect: nvml; no energy policy reaches them), "
+                         "or turn MIG off")
             groups.append(NodeGroup(
                 names=str(nodes), resource_type=rtype, architecture=arch,
                 sockets=g["sockets"], cores_per_socket=g["cores_per_socket"],
@@ -444,6 +451,7 @@ class _Builder:
                 extra_features=tuple(g.get("features", [])),
                 options=options_of(g.get("options")),
                 idle_watts=float(g["idle_watts"]) if "idle_watts" in g else None,
+                gres_autodetect=autodetect, mig_unsupported=g.get("mig") == "unsupported",
             ))
         used = {p for g in self.data["node_groups"] for p in g["partitions"]}
         for i, p in enumerate(self.data["partitions"]):
@@ -451,6 +459,17 @@ class _Builder:
                 self.err(("partitions", i, "name"), f"partition {p['name']!r} has no nodes",
                          "add it to some node group's partitions, or remove it")
         return tuple(groups)
+
+    def _gres_autodetect(self, g: dict[str, Any], accels: list[AccelGroup], base: Path_) -> str:
+        """AutoDetect=nvml finds NVIDIA GPUs only: every accelerator of the group must be one."""
+        value = str(g.get("gres_autodetect", "off"))
+        others = sorted({a.model.id for a in accels if a.model.stack != "cuda"})
+        if value == "nvml" and (others or not accels):
+            self.err((*base, "gres_autodetect"),
+                     f"AutoDetect=nvml finds NVIDIA GPUs only; this group has "
+                     f"{', '.join(others) if others else 'no accelerators'}",
+                     "use it on groups of NVIDIA (cuda) models alone, or leave it out (File= lines)")
+        return value
 
     def hostlist_sizes(self) -> dict[int, int] | None:
         """Nodes per group, counted arithmetically; None when the site is over a limit

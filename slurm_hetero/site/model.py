@@ -45,6 +45,10 @@ class NodeGroup:
     options: tuple[tuple[str, str], ...] = ()
     # the node's measured draw when up and idle (W); None: estimated (site.power.idle_power)
     idle_watts: float | None = None
+    # "nvml": gres.conf has AutoDetect=nvml (slurmd orders the GPUs); "off": File= lines.
+    gres_autodetect: str = "off"
+    # MIG on these GPUs, acknowledged as not modeled (the agent then leaves MIG GPUs alone).
+    mig_unsupported: bool = False
 
     @property
     def cpus(self) -> int:
@@ -177,11 +181,22 @@ class SlurmSettings:
     accounting_host: str | None = None  # None: "slurmdbd"
     accounting_port: int | None = None  # None: 6819
     accounting_tres: tuple[str, ...] = ()  # more AccountingStorageTRES entries
+    # The site's AccountingStorageEnforce items (() : none); None: slurm-hetero's default.
+    accounting_enforce: tuple[str, ...] | None = None
     version: tuple[int, int] | None = None  # None: detected where rendered, else 22.05
     extra_lines: tuple[str, ...] = ()  # slurm.conf lines passed through
     keep_nodes: tuple[str, ...] = ()  # NodeName lines of nodes not modeled
     keep_partitions: tuple[str, ...] = ()  # PartitionName lines of partitions not modeled
     gres_lines: tuple[str, ...] = ()  # gres.conf lines passed through
+    # The site's own hooks, which slurm-hetero's join instead of replacing: its job_submit.lua
+    # rules (run inside the rendered job_submit.lua, in `job_submit_order`), its Prolog and
+    # Epilog (a program or a folder glob), TaskProlog, and plugstack.conf lines.
+    job_submit_script: str | None = None
+    job_submit_order: str = "site-first"  # or "bridge-first"
+    prolog: str | None = None
+    epilog: str | None = None
+    task_prolog: str | None = None
+    plugstack_lines: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

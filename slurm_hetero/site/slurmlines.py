@@ -42,17 +42,20 @@ OWNED_FIELDS: dict[str, str] = {
     "partitionname": "partitions (or slurm.keep_partitions)",
     "healthcheckprogram": "node_agent.health_check (run after slurm-hetero's restore)",
     "healthcheckinterval": "node_agent.restore_interval",
+    # The site's own hooks: slurm-hetero's join them (site/hooks.py, bridge/siterules.lua).
+    "prolog": "slurm.prolog (the node agent joins it)",
+    "epilog": "slurm.epilog (the node agent joins it)",
+    "taskprolog": "slurm.task_prolog (run before slurm-hetero's where it has one)",
 }
 # ... or why slurm-hetero needs its own value.
 OWNED_REASONS: dict[str, str] = {
     "grestypes": "from the accelerators of node_groups and the Gres= of slurm.keep_nodes",
-    "jobsubmitplugins": "the bridge is job_submit/lua",
-    "plugstackconfig": "the rendered plugstack.conf loads the hetero SPANK plugin",
+    "jobsubmitplugins": "the bridge is job_submit/lua; the site's own job_submit.lua rules run "
+                        "inside it: slurm.job_submit.script",
+    "plugstackconfig": "the rendered plugstack.conf loads the hetero SPANK plugin, then the site's "
+                       "own lines: slurm.plugstack_lines",
     "selecttype": "GRES types need select/cons_tres",
     "prioritytype": "fairshare in normalized units needs priority/multifactor",
-    "prolog": "the node agent is Slurm's Prolog",
-    "epilog": "the node agent is Slurm's Epilog",
-    "taskprolog": "the rendered TaskProlog exports GRES indices",
 }
 OWNED = frozenset(OWNED_FIELDS) | frozenset(OWNED_REASONS)
 
@@ -61,7 +64,9 @@ def owned_problem(key: str) -> str:
     """What to say about a line that sets `key`, a key slurm-hetero writes.
 
     >>> owned_problem("Prolog")
-    "Prolog is written by slurm-hetero (the node agent is Slurm's Prolog)"
+    'Prolog is written by slurm-hetero: set slurm.prolog (the node agent joins it) instead'
+    >>> owned_problem("SelectType")
+    'SelectType is written by slurm-hetero (GRES types need select/cons_tres)'
     """
     low = key.lower()
     if low in OWNED_FIELDS:
@@ -70,7 +75,16 @@ def owned_problem(key: str) -> str:
 
 
 # Comma lists slurm-hetero needs some items of: the site's items are added to them.
-MERGED = frozenset({"prologflags", "slurmdparameters", "cpufreqgovernors", "accountingstorageenforce"})
+# (AccountingStorageEnforce: the site's items are kept and only what tiers need is added,
+# conf/slurmconf.py accounting_enforce.)
+MERGED = frozenset({"prologflags", "slurmdparameters", "cpufreqgovernors"})
+# Why slurm-hetero adds to those lists (and to AccountingStorageTRES), for `conf diff`.
+ADDED_WHY: dict[str, str] = {
+    "prologflags": "Alloc: the node agent sets the job's devices when its allocation starts",
+    "cpufreqgovernors": "the energy policies ask for these governors",
+    "slurmdparameters": "config_overrides: emulated nodes declare more than the machine has",
+    "accountingstoragetres": "every GRES model is a TRES, for AllocTRES and billing",
+}
 # Keys that may appear on several lines, each line its own record.
 REPEATABLE = frozenset({"include", "nodeset", "downnodes", "frontendname"})
 # Record lines: the first word names the record, more `Key=Value` words describe it.

@@ -35,6 +35,9 @@ class QueuedJob:
     features: str = ""
     node_count: int = 1
     reason: str = ""  # why a pending job waits (Resources, Priority, JobHeldUser, Dependency, ...)
+    # A running job's end by its current limit, as slurmctld keeps it (time suspended and
+    # node boot time added): where Slurm's own time-limit check starts from.
+    end_time: float | None = None
 
 
 def json_number(v: Any) -> float | None:
@@ -75,6 +78,7 @@ def parse_job(j: Any) -> QueuedJob:
     if limit is not None and (limit < 0 or limit >= 0xFFFFFFFE):
         limit = None
     start = json_number(j.get("start_time"))
+    end = json_number(j.get("end_time"))
     submit = json_number(j.get("submit_time"))
     gres = j.get("gres_detail")
     return QueuedJob(
@@ -86,7 +90,7 @@ def parse_job(j: Any) -> QueuedJob:
         gres_detail=tuple(g for g in gres if isinstance(g, str)) if isinstance(gres, list) else (),
         nodes=_text(j.get("nodes")), tres_per_node=_text(j.get("tres_per_node")),
         features=_text(j.get("features")), node_count=int(json_number(j.get("node_count")) or 1),
-        reason=_text(j.get("state_reason")))
+        reason=_text(j.get("state_reason")), end_time=end if end else None)
 
 
 def parse_squeue_json(text: str) -> tuple[list[QueuedJob], list[str]]:

@@ -380,3 +380,51 @@ def test_role_installs_the_package_then_changes_nothing(cluster: Cluster, tmp_pa
     assert again.returncode == 0 and changed(again) == {"node1": 0}, changed_tasks(again.stdout)
     check = deploy(cluster, tmp_path, inv, "--check", "--diff", **where)
     assert check.returncode == 0 and changed(check) == {"node1": 0}, changed_tasks(check.stdout)
+
+
+def test_role_joins_the_sites_hooks(cluster: Cluster, demo_site: Site, tmp_path: Path) -> None:
+    """A site with its own Prolog folder and job_submit.lua: the node agent is linked into the
+    folder on compute nodes, and the controller keeps the site's live job_submit.lua as the
+    rules the rendered one loads, before that file takes its name; nothing changes twice."""
+    import yaml
+
+    from slurm_hetero.conf.render import MANIFEST, manifest, node_hooks, render_site, write_files
+    from slurm_hetero.site import load_site_text
+
+    hosts = tmp_path / "hosts"
+    ctl_etc, prolog_d = hosts / "ctl" / "etc", tmp_path / "site-prolog.d"
+    prolog_d.mkdir()
+    (prolog_d / "50-site").write_text("#!/bin/sh\nexit 0\n")
+    data = yaml.safe_load(Path(str(demo_site.path)).read_text())
+    data["slurm"] = {"prolog": f"{prolog_d}/*", "job_submit": {"script": f"{ctl_etc}/job_submit.site.lua"}}
+    site = load_site_text(yaml.safe_dump(data))
+    profile = cluster.profile(cluster.info())
+    files = render_site(site, profile)
+    files[MANIFEST] = manifest(files, hooks=node_hooks(site, profile), site_rules=site.slurm.job_submit_script)
+    src = tmp_path / "src"
+    write_files(files, src)
+    inv = inventory(tmp_path, {"slurm_controller": ["ctl"], "slurm_compute": ["node1"]})
+    site_rules = "-- the site's own rules\nfunction slurm_job_submit() return slurm.SUCCESS end\n"
+    ctl_etc.mkdir(parents=True)
+    (ctl_etc / "job_submit.lua").write_text(site_rules)
+    quiet = {"slurm_hetero_verify": False, "slurm_hetero_apply_qos": False}
+    r = deploy(cluster, tmp_path, inv, src=src, **quiet)
+    assert r.returncode == 0, r.stdout[-3000:]
+    link = prolog_d / "zz-slurm-hetero"
+    assert link.is_symlink() and str(link.readlink()) == profile.prolog
+    assert (ctl_etc / "job_submit.site.lua").read_text() == site_rules
+    assert (ctl_etc / "job_submit.lua").read_text() == files["job_submit.lua"]
+    again = deploy(cluster, tmp_path, inv, src=src, **quiet)
+    assert again.returncode == 0 and changed(again) == {"ctl": 0, "node1": 0}, changed_tasks(again.stdout)
+    assert (ctl_etc / "job_submit.site.lua").read_text() == site_rules  # never over the site's
+
+    # A controller with neither the site's rules nor a job_submit.lua of the site's own to keep.
+    inv = inventory(tmp_path / "bare", {"slurm_controller": ["ctl"]})
+    data["slurm"]["job_submit"]["script"] = f"{tmp_path}/bare/nowhere/rules.lua"
+    site = load_site_text(yaml.safe_dump(data))
+    files[MANIFEST] = manifest(files, site_rules=site.slurm.job_submit_script)
+    write_files(files, src)
+    r = deploy(cluster, tmp_path, inv, src=src, **quiet)
+    assert r.returncode != 0
+    assert f"loads the site's own rules from {tmp_path}/bare/nowhere/rules.lua, which ctl does not have" \
+        in r.stdout, r.stdout[-3000:]

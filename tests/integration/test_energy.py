@@ -3,6 +3,7 @@ file-backed fake device layer selected for the emulated GPU/NPU nodes."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -122,6 +123,36 @@ def test_auto_picks_efficiency_for_a_job_that_kept_its_gpus_idle(cluster: Cluste
                 fake._update(i, load=0.8)
 
 
+def test_the_cap_follows_the_device_file_not_the_number(cluster: Cluster) -> None:
+    """Issue 35 on the real Slurm: h100-01's fake NVML lists its GPUs in reverse minor order,
+    and the GPU gres.conf calls /dev/nvidia7 is missing (that NVML entry has minor 99). The
+    job gets all 8 GRES indices from slurmd; 0-6 are capped on the GPUs with those minors,
+    7 is refused and reported, NVML device 0 is nobody's, and the job completes."""
+    node = "h100-01"
+    fake = FakeDevices(cluster.dev / node / "fake-devices.json")
+    minors = [99, 6, 5, 4, 3, 2, 1, 0]  # NVML device b has minor minors[b]
+    for b, m in enumerate(minors):
+        fake._update(b, minor=m)
+    try:
+        jid = submit(cluster.runner, ["--accel=h100:8", "--energy=efficiency", "-w", node, "-o", "/dev/null"],
+                     "sleep 2")
+        got, _, idx = devices_of(cluster, jid)
+        assert (got, idx) == (node, list(range(8)))
+        # By number this would read [420] * 7 + [700].
+        assert [fake.state(b)["limit_w"] for b in range(8)] == [700.0] + [420.0] * 7
+        wait_done(cluster.runner, [jid])
+        wait_restored(cluster, node, list(range(8)))
+        assert sacct_jobs(cluster.runner, [jid], ["JobID", "State"])[jid]["State"] == "COMPLETED"
+        log = (cluster.agent_dir / "agent.log").read_text()
+        assert (f"WARNING job {jid}: gpu7 not matched to a fake device: {cluster.dev}/{node}/nvidia7 is "
+                "minor:7, which no fake device is") in log, log[-2000:]
+        refused = json.loads((cluster.agent_dir / node / "refused.json").read_text())
+        assert refused["gpu7"]["job"] == str(jid)
+    finally:
+        for b in range(8):
+            fake._update(b, minor=b)
+
+
 def test_every_node_of_a_multinode_job_keeps_its_figures(cluster: Cluster) -> None:
     """Both nodes ship their figures, each rewriting the whole admin comment; an entry the
     other node's write dropped is written again at the next round."""
@@ -188,8 +219,6 @@ def test_with_a_shared_spool_a_multinode_job_has_one_writer(cluster: Cluster) ->
     job's first node writes them in one go; nothing goes through the nodes' own spools."""
     conf = cluster.etc / "hetero-agent.json"
     original = conf.read_text()
-    import json
-
     cluster.shared_spool.mkdir(mode=0o755, exist_ok=True)
     conf.write_text(json.dumps({**json.loads(original), "shared_spool": str(cluster.shared_spool)}))
     try:

@@ -4,6 +4,8 @@ SiteFactor. The jobs here run as root, whose history the model was trained on.""
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -86,6 +88,59 @@ def test_stale_heartbeat_and_startup_repair(predicting: Cluster, demo_site: Site
     wait_done(c.runner, [a], timeout=120)
     row = sacct_jobs(c.runner, [a], ["JobID", "State", "Elapsed", "End", "Partition"])[a]
     assert row["State"] == "COMPLETED" and elapsed_s(row) >= 80
+
+
+def test_limits_hold_with_the_daemon_stopped_and_slurmctld_restarted(predicting: Cluster) -> None:
+    """Backfill mode without the daemon: OverTimeLimit (cpu's MaxTime) keeps jobs past their
+    predicted limits alive, through a slurmctld restart too; once the daemon runs again it
+    extends the limits still short of their users' and ends each job at its own limit."""
+    c = predicting
+    assert parse_kv_record(c.runner.out(["scontrol", "show", "partition", "cpu"]))["OverTimeLimit"] == "2880"
+    a = submit(c.runner, ["-t", "2", "-J", "own-limit", "-o", "/dev/null"], "sleep 600")  # ends at 2 min
+    b = submit(c.runner, ["-t", "3", "-J", "outlive", "-o", "/dev/null"], "sleep 100")  # completes
+    u = submit(c.runner, ["-t", "1", "-J", "unshortened", "-o", "/dev/null"], "sleep 600")  # p90 is its limit
+    # A limit past cpu's MaxTime (2 days): plain Slurm never starts it (PartitionTimeLimit);
+    # shortened, it runs, and the daemon would extend it to MaxTime at most (test_soft_limits).
+    x = submit(c.runner, ["-t", "3-00:00:00", "-J", "past-maxtime", "-o", "/dev/null"], "true")
+    for jid in (a, b, u):
+        wait_running(c, jid)
+    daemon_pid = int((c.run / "bridge.pid").read_text())
+    os.kill(daemon_pid, signal.SIGSTOP)  # before the 20 s margin of the 1-minute limits
+    try:
+        recs = {j: job(c, j) for j in (a, b, u)}
+        assert [recs[j]["TimeLimit"] for j in (a, b, u)] == ["00:01:00"] * 3
+        da, db = parse_comment(recs[a]["AdminComment"]), parse_comment(recs[b]["AdminComment"])
+        assert (da["shortened"], da["user_limit_min"], db["user_limit_min"]) == (True, 2, 3)
+        assert "shortened" not in parse_comment(recs[u]["AdminComment"])
+        c.restart_slurmctld()
+        assert parse_kv_record(c.runner.out(["scontrol", "show", "partition", "cpu"]))["OverTimeLimit"] == "2880"
+        assert parse_comment(job(c, a)["AdminComment"]) == da  # the record survived the restart
+        # Past their 1-minute limits and Slurm's 30 s limit check: all still running.
+        assert wait_until(lambda: (parse_duration_s(job(c, a)["RunTime"]) or 0) >= 95, 120)
+        assert [job(c, j)["JobState"] for j in (a, b, u)] == ["RUNNING"] * 3
+    finally:
+        os.kill(daemon_pid, signal.SIGCONT)
+    resumed = time.monotonic()
+    try:
+        wait_done(c.runner, [u], timeout=20)  # ended at once: past its own limit (the trade-off)
+        wait_done(c.runner, [a, b, x], timeout=60)
+    finally:
+        c.runner.run(["scancel", str(a), str(b), str(u)], check=False)
+    assert time.monotonic() - resumed < 60
+    fields = ["JobID", "State", "Elapsed", "Timelimit", "AdminComment", "End", "Partition"]
+    rows = sacct_jobs(c.runner, [a, b, u, x], fields, require=["AdminComment"])
+    ra, rb, ru, rx = (rows[j] for j in (a, b, u, x))
+    assert rb["State"] == "COMPLETED" and elapsed_s(rb) >= 100 and rb["Timelimit"] == "00:03:00"
+    assert ra["State"].startswith("CANCELLED") and 120 <= elapsed_s(ra) <= 135, ra
+    assert ra["Timelimit"] == "00:02:00"
+    ended = parse_comment(ra["AdminComment"])
+    assert ended.items() >= {**da, "ended": "own_limit", "own_limit_min": 2}.items(), ended
+    assert ru["State"].startswith("CANCELLED") and elapsed_s(ru) >= 95, ru
+    assert parse_comment(ru["AdminComment"])["ended"] == "own_limit"
+    assert rx["State"] == "COMPLETED" and parse_comment(rx["AdminComment"])["user_limit_min"] == 3 * 1440
+    log = (c.log / "bridge.log").read_text()
+    assert f"job {a}: limit 1 -> 2 min" in log and f"job {b}: limit 1 -> 3 min" in log
+    assert f"job {a}: ended at its own limit of 2 min" in log and f"job {u}: ended at its own limit of 1 min" in log
 
 
 def test_site_factor_on_pending_jobs(predicting: Cluster) -> None:

@@ -64,10 +64,11 @@ def test_forged_detail_line_leaves_the_devices_alone(monkeypatch: pytest.MonkeyP
 
 def test_a_prolog_stopped_midway_is_undone_by_the_epilog(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     FakeDevices.create(tmp_path / "gpu.json", "gpu", 4, "h100", default_w=700)
+    (tmp_path / "gres.conf").write_text("NodeName=g01 Name=gpu Type=h100 File=/dev/nvidia[0-3]\n")
     cfg = AgentConfig(state_dir=tmp_path / "agent", history=tmp_path / "agent/history.jsonl",
                             groups=[{"nodes": "g01", "devices": f"fake:{tmp_path}/gpu.json"}],
                             policies={p.name: p for p in DEFAULT_POLICIES}, auto=AutoRule(),
-                            update_comment=False)
+                            update_comment=False, gres_conf=tmp_path / "gres.conf")
     view = agent.JobView("5", "alice", "train", json.dumps({"hetero": 1, "energy": "efficiency"}), {"gpu": [1, 2]})
     monkeypatch.setattr(agent, "job_view", lambda job_id, node: view)
     real_apply = agent.apply_policy

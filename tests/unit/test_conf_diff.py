@@ -4,6 +4,7 @@ written; exit 0 no changes, 1 changes, 2 bad input."""
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import click
@@ -11,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from slurm_hetero.conf.cli import conf_diff
-from slurm_hetero.conf.diff import diff_files
+from slurm_hetero.conf.diff import diff_files, setting_changes
 from slurm_hetero.conf.render import MODES, render_site, write_files
 from slurm_hetero.errors import InputError
 from slurm_hetero.site import load_site
@@ -108,9 +109,24 @@ def test_an_imported_site_against_its_own_files_shows_the_hetero_parts(tmp_path:
     result = CliRunner().invoke(_group(), ["diff", str(site), "--against", str(OLD)])
     assert result.exit_code == 1, result.output
     out = result.output.splitlines()
-    assert "-Prolog=/etc/slurm/prolog.d/*" in out and "+Prolog=/usr/local/bin/slurm-hetero-prolog" in out
+    # The site's Prolog/Epilog globs stay: the agent is one more file of their folders.
+    assert "+Prolog=/etc/slurm/prolog.d/*" in out and "+Epilog=/etc/slurm/epilog.d/*" in out
+    assert not any(ln.startswith("+Prolog=/usr/local/bin") for ln in out)
     assert "-PrologFlags=Contain,X11" in out and "+PrologFlags=Alloc,Contain,X11" in out
-    assert f"diff {OLD}/job_submit.lua rendered/job_submit.lua" in out  # a new file there
+    # plugstack.conf: the hetero plugin added, the site's pyxis and include untouched.
+    start = out.index(f"diff {OLD}/plugstack.conf rendered/plugstack.conf")
+    body = out[start:out.index(f"diff {OLD}/job_submit.lua rendered/job_submit.lua")]
+    assert any(ln.startswith("+required /usr/local/lib/slurm-hetero/hetero.so ") for ln in body)
+    assert not any(ln.startswith("-") and not ln.startswith(("---", "-#")) for ln in body), body
+    # Setting by setting, what changes and why (stderr; CliRunner mixes it in).
+    assert "slurm.conf: 6 setting(s) would change:" in out
+    assert ("  PrologFlags: Contain,X11 -> Alloc,Contain,X11 (Alloc: the node agent sets the job's devices "
+            "when its allocation starts)") in out
+    assert "  JobRequeue: (not set) -> 1 (Slurm's default: no change)" in out
+    assert not any(ln.startswith(("  Prolog:", "  Epilog:", "  AccountingStorageEnforce:", "  JobAcctGatherType:"))
+                   for ln in out)  # the site's own values, kept
+    # job_submit.lua: the bridge's, which loads the site's rules from job_submit.site.lua.
+    assert f'+site_rules({{ script = "{OLD.resolve()}/job_submit.site.lua", order = "site-first" }})' in out
 
 
 def test_the_release_is_detected_when_the_site_names_none(live: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -119,3 +135,53 @@ def test_the_release_is_detected_when_the_site_names_none(live: Path, monkeypatc
     assert result.exit_code == 1, result.output
     assert '-local GRES_PREFIX = "gres:"' in result.output and '+local GRES_PREFIX = "gres/"' in result.output
     assert "(Slurm 24.11: the installed Slurm)" in result.output
+
+
+def test_enforcement_the_site_had_is_kept_and_what_tiers_add_is_explained(tmp_path: Path) -> None:
+    """AccountingStorageEnforce=associations stays so, until a tier caps accelerators: then
+    limits is added, and the rendered file and the diff say why."""
+    text = DEMO.read_text()
+    plain = text.replace("node_agent:", "slurm:\n  accounting:\n    enforce: [associations]\nnode_agent:", 1)
+    site = tmp_path / "site.yaml"
+    site.write_text(re.sub(r"(?m)^ +limits: .*\n", "", plain))  # no tier caps anything
+    live = tmp_path / "etc"
+    write_files(render_site(load_site(site)), live)
+    assert "\nAccountingStorageEnforce=associations\n" in (live / "slurm.conf").read_text()
+    site.write_text(plain)  # the demo's diamond tier caps each pool at half
+    result = CliRunner().invoke(_group(), ["diff", str(site), "--against", str(live)])
+    out = result.output.splitlines()
+    assert "-AccountingStorageEnforce=associations" in out and "+AccountingStorageEnforce=associations,limits" in out
+    assert ("+# AccountingStorageEnforce: limits added to the site's own: tier diamond caps accelerators "
+            "(QoS GrpTRES), which Slurm applies only with limits.") in out
+
+
+def test_no_enforcement_stays_none(tmp_path: Path) -> None:
+    text = re.sub(r"(?m)^ +limits: .*\n", "", DEMO.read_text())
+    site = tmp_path / "site.yaml"
+    site.write_text(text.replace("node_agent:", "slurm:\n  accounting:\n    enforce: []\nnode_agent:", 1))
+    assert "AccountingStorageEnforce" not in render_site(load_site(site))["slurm.conf"]
+
+
+def test_setting_changes_say_why() -> None:
+    live = "ClusterName=a\nSlurmctldHost=h1\nSlurmctldHost=h2\nAccountingStorageEnforce=associations\n" \
+           "SelectType=select/linear\nKillWait=30\nNodeName=n1 CPUs=2\n"
+    rendered = ("ClusterName=a\nSlurmctldHost=h1\n# Accounting: general words\n"
+                "# AccountingStorageEnforce: limits added to the site's own: tier x caps accelerators.\n"
+                "AccountingStorageEnforce=associations,limits\nSelectType=select/cons_tres # GRES\n"
+                "NodeName=n1 CPUs=4\n")
+    assert setting_changes(rendered, live) == [
+        "SlurmctldHost: h1 h2 -> h1 (slurm-hetero writes it from slurm.controllers)",
+        "AccountingStorageEnforce: associations -> associations,limits (limits added to the site's own: tier x "
+        "caps accelerators.)",
+        "SelectType: select/linear -> select/cons_tres (GRES types need select/cons_tres)",
+        "KillWait: 30 -> (not set)",
+    ]
+    assert setting_changes(live, live) == []
+
+
+def test_a_live_include_that_is_gone_leaves_the_diff_standing(live: Path) -> None:
+    (live / "slurm.conf").write_text((live / "slurm.conf").read_text() + "Include gone.conf\n")
+    result = CliRunner().invoke(_group(), ["diff", str(DEMO), "--against", str(live)])
+    assert result.exit_code == 1, result.output
+    assert "-Include gone.conf" in result.output
+    assert "slurm.conf: settings not compared one by one: " in result.output and "gone.conf" in result.output

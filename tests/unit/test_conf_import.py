@@ -112,7 +112,7 @@ def new() -> tuple[Imported, dict[str, str]]:
 
 # Keys whose value the render changes on purpose (the hetero parts), and comma lists it
 # extends; every other setting of the original must come out the same.
-REPLACED = {"prolog", "epilog", "healthcheckprogram", "plugstackconfig"}
+REPLACED = {"healthcheckprogram", "plugstackconfig"}
 EXTENDED = {"prologflags", "accountingstorageenforce", "accountingstoragetres", "grestypes", "cpufreqgovernors"}
 
 
@@ -246,8 +246,12 @@ def test_the_22_05_notes_say_what_changes(old: tuple[Imported, dict[str, str]]) 
     notes = "\n".join(old[0].notes)
     for expected in (
         "nodes.conf:9: NodeName=gpu-a[001-032]: Weight=10 replaced",
-        "slurm.conf:39: Prolog=/etc/slurm/prolog.d/*: replaced (the node agent is Slurm's Prolog)",
-        "slurm.conf:44: JobSubmitPlugins=lua: the site's own job_submit.lua is replaced",
+        "slurm.conf:39: Prolog=/etc/slurm/prolog.d/*: kept (slurm.prolog); the node agent joins it as "
+        "/etc/slurm/prolog.d/zz-slurm-hetero (run first)",
+        "slurm.conf:40: Epilog=/etc/slurm/epilog.d/*: kept (slurm.epilog)",
+        "slurm.conf:44: JobSubmitPlugins=lua: the site's job_submit.lua keeps running, inside the bridge's, "
+        f"before it (slurm.job_submit): copy {OLD}/job_submit.lua to {OLD.resolve()}/job_submit.site.lua",
+        "plugstack.conf: 2 line(s) kept (slurm.plugstack_lines)",
         "nodes.conf:12: NodeName=viz[01-04]: kept as written (GRES type gpu:rtx8000:2 matches no catalog model",
         "nodes.conf:13: NodeName=mps01: kept as written (GRES mps:200 has no catalog model",
         "slurm.conf:89: partition gpu: TRESBillingWeights replaced",
@@ -256,6 +260,8 @@ def test_the_22_05_notes_say_what_changes(old: tuple[Imported, dict[str, str]]) 
     ):
         assert expected in notes, expected
     assert "SelectType" not in notes  # the site's own is what slurm-hetero writes
+    # Its own enforcement has limits already: nothing to add, nothing to say.
+    assert "AccountingStorageEnforce" not in notes and "PrologFlags" not in notes
 
 
 def test_the_22_05_kept_lines_survive_the_render(old: tuple[Imported, dict[str, str]]) -> None:

@@ -49,6 +49,7 @@ class AmdGpu:
     perf: str = "AUTO"
     clk_range: tuple[int, int] | None = None
     unsupported: set[str] = field(default_factory=set)
+    bdf: str = "0000:05:00.0"
 
 
 def fake_amdsmi(gpus: list[AmdGpu], legacy_energy_key: bool = False) -> types.ModuleType:
@@ -92,7 +93,7 @@ def fake_amdsmi(gpus: list[AmdGpu], legacy_energy_key: bool = False) -> types.Mo
         "amdsmi_get_clock_info": lambda h, kind: {"clk": 132, "min_clk": 500, "max_clk": 2100,
                                                   "clk_locked": False},
         "amdsmi_get_gpu_device_uuid": lambda h: "1fff74a1-0000-1000-80a5-fc47c6a8d2f1",
-        "amdsmi_get_gpu_device_bdf": lambda h: "0000:05:00.0",
+        "amdsmi_get_gpu_device_bdf": lambda h: h.bdf,
         "amdsmi_get_gpu_vram_info": lambda h: {"vram_type": 7, "vram_size": 196592, "vram_bit_width": 8192},
         "amdsmi_get_energy_count": energy,
         # MI300X: no current socket power, only the average.
@@ -186,6 +187,9 @@ class NvGpu:
     locked: tuple[int, int] | None = None
     energy_mj: int = 0
     unsupported: set[str] = field(default_factory=set)
+    minor: int = 0
+    mig: bool = False
+    bus_id: str = "00000000:17:00.0"
 
 
 def fake_pynvml(gpus: list[NvGpu]) -> types.SimpleNamespace:
@@ -205,9 +209,23 @@ def fake_pynvml(gpus: list[NvGpu]) -> types.SimpleNamespace:
         guard(h, "clocks")
         h.locked = None
 
+    def mig_mode(h: NvGpu) -> tuple[int, int]:
+        guard(h, "mig")  # GPUs without MIG answer NOT_SUPPORTED
+        return (1, 1) if h.mig else (0, 0)
+
     return types.SimpleNamespace(
-        NVMLError=NVMLError, NVML_CLOCK_SM=1, NVML_CLOCK_MEM=2,
+        NVMLError=NVMLError, NVML_CLOCK_SM=1, NVML_CLOCK_MEM=2, NVML_DEVICE_MIG_ENABLE=1,
+        nvmlDeviceGetCount=lambda: len(gpus),
         nvmlDeviceGetHandleByIndex=lambda i: gpus[i],
+        nvmlDeviceGetName=lambda h: b"NVIDIA H100 80GB HBM3",
+        nvmlDeviceGetUUID=lambda h: f"GPU-{h.minor:08x}",
+        nvmlDeviceGetMemoryInfo=lambda h: types.SimpleNamespace(total=80 * 2**30),
+        nvmlDeviceGetPowerManagementLimitConstraints=lambda h: (200_000, 700_000),
+        nvmlDeviceGetClockInfo=lambda h, kind: 1980,
+        nvmlDeviceGetMaxClockInfo=lambda h, kind: 1980,
+        nvmlDeviceGetPciInfo=lambda h: types.SimpleNamespace(busId=h.bus_id.encode()),
+        nvmlDeviceGetMinorNumber=lambda h: h.minor,
+        nvmlDeviceGetMigMode=mig_mode,
         nvmlDeviceGetTotalEnergyConsumption=lambda h: h.energy_mj,
         nvmlDeviceGetPowerUsage=lambda h: 512_345,
         nvmlDeviceGetUtilizationRates=lambda h: types.SimpleNamespace(gpu=64, memory=30),

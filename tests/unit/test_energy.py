@@ -119,10 +119,11 @@ def test_no_silent_fake() -> None:
 @pytest.fixture
 def cfg(tmp_path: Path) -> AgentConfig:
     FakeDevices.create(tmp_path / "gpu-node.json", "gpu", 8, "h100", default_w=700, load=0.3)
+    (tmp_path / "gres.conf").write_text("NodeName=g01 Name=gpu Type=h100 File=/dev/nvidia[0-7]\n")
     return AgentConfig(
         state_dir=tmp_path / "agent", history=tmp_path / "agent" / "history.jsonl",
         groups=[{"nodes": "g01", "devices": f"fake:{tmp_path}/gpu-node.json"}],
-        policies={p.name: p for p in DEFAULT_POLICIES}, auto=AutoRule())
+        policies={p.name: p for p in DEFAULT_POLICIES}, auto=AutoRule(), gres_conf=tmp_path / "gres.conf")
 
 
 @pytest.fixture

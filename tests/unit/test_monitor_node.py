@@ -40,10 +40,13 @@ NODE = "g01"
 def cfg(tmp_path: Path) -> AgentConfig:
     FakeDevices.create(tmp_path / "gpu-node.json", "gpu", 8, "h100", default_w=700, load=0.3,
                        memory_mib=81920)
+    # The node's gres.conf: the agent matches Slurm's indices to devices through it.
+    (tmp_path / "gres.conf").write_text(f"NodeName={NODE} Name=gpu Type=h100 File=/dev/nvidia[0-7]\n")
     return AgentConfig(
         state_dir=tmp_path / "agent", history=tmp_path / "agent" / "history.jsonl",
         groups=[{"nodes": NODE, "devices": f"fake:{tmp_path}/gpu-node.json"}],
-        policies={p.name: p for p in DEFAULT_POLICIES}, auto=AutoRule(), update_comment=False)
+        policies={p.name: p for p in DEFAULT_POLICIES}, auto=AutoRule(), update_comment=False,
+        gres_conf=tmp_path / "gres.conf")
 
 
 @pytest.fixture

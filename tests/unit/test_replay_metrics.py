@@ -131,6 +131,25 @@ def test_figures_bsld_waits_utilisation_and_kills(kth: Site) -> None:
     assert sorted(runtime_errors(outs)) == [-40.0, 0.0, 0.0, 0.0, 0.0]  # d: 40 s short of its runtime
 
 
+def test_a_job_the_daemon_ended_at_its_own_limit_counts_as_at_limit(kth: Site) -> None:
+    """Where limits are soft (OverTimeLimit), the bridge daemon ends a job at its own limit
+    with scancel: CANCELLED, its admin comment saying so. That is a kill at the limit (early
+    when before the user's limit), not a failure; a user's own scancel stays a failure."""
+    ended = '{"hetero":1,"shortened":true,"user_limit_min":5,"ended":"own_limit","own_limit_min":5}'
+    jobs = [rj("a", 0, 600, limit_min=5), rj("b", 0, 600, limit_min=10), rj("c", 0, 600, limit_min=10)]
+    sacct = parse_rows("\n".join([
+        row("1", T0, T0 + 300, "CANCELLED by 0", limit=5, admin=ended),   # at its user's 5 min
+        row("2", T0, T0 + 60, "CANCELLED by 0", limit=1, admin=ended),    # 60 s of the user's 10 min
+        row("3", T0, T0 + 60, "CANCELLED by 0", limit=10),                # a user's scancel
+    ]))
+    outs = outcomes([(j, str(i + 1), float(T0), float(T0)) for i, j in enumerate(jobs)],
+                    {r.job_id: r for r in sacct}, Pools(kth))
+    assert [o.at_limit for o in outs] == [True, True, False]
+    f = figures(outs, Pools(kth).capacity, T0, 1.0, T0 + 3600)[ALL]
+    assert (f.killed_at_limit, f.killed_early, f.failed, f.bad_states) == (2, 1, 1, {"CANCELLED": 1})
+    assert sorted(runtime_errors(outs)) == [-540.0, 0.0]  # a ran what its limit allowed; b 540 s short
+
+
 def test_unstarted_and_missing_jobs_count_against_the_arm(kth: Site) -> None:
     jobs = [rj("a", 0, 60), rj("b", 0, 60)]
     sacct = parse_rows(row("1", None, None, state="PENDING") + "\n")

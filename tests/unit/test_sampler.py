@@ -30,6 +30,9 @@ class Scripted:
     def devices(self) -> list[DeviceInfo]:
         return [DeviceInfo(0, "npu", "910B3")]
 
+    def file_identity(self, path: str) -> str:
+        raise ControlUnsupported("the scripted backend matches no device file")
+
     def read(self, index: int) -> Reading:
         return Reading(energy_j=None, power_w=self.power, util=self.util, timestamp=self.now)
 

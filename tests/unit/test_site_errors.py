@@ -95,8 +95,9 @@ CASES = [
         BASE.replace("cores_per_socket: 8\n    memory: 64GB", "cores_per_sockets: 8\n    memory: 64GB"),
         ["site.yaml:6:5: node_groups[0]: Additional properties are not allowed "
          "('cores_per_sockets' was unexpected)\n    hint: allowed keys: accelerators, architecture, "
-         "compute_units, cores_per_socket, cpus, drivers, fabric, features, idle_watts, memory, memory_bandwidth, names, "
-         "options, partitions, resource_type, sockets, supported_frameworks, threads_per_core",
+         "compute_units, cores_per_socket, cpus, drivers, fabric, features, gres_autodetect, idle_watts, memory, "
+         "memory_bandwidth, mig, names, options, partitions, resource_type, sockets, supported_frameworks, "
+         "threads_per_core",
          "site.yaml:6:5: node_groups[0]: 'cores_per_socket' is a required property\n"
          "    hint: see site/demo/site.yaml for a complete example"],
     ),

@@ -232,8 +232,8 @@ def test_an_extra_line_may_not_set_what_slurm_hetero_writes() -> None:
         "site.yaml:23:7: slurm.extra_lines[1]: SlurmctldHost is written by slurm-hetero: set slurm.controllers "
         "instead\n    hint: one slurm.conf setting per entry, as Slurm spells it "
         "(SchedulerParameters=bf_continue), or Include /path",
-        "site.yaml:24:7: slurm.extra_lines[2]: Prolog is written by slurm-hetero (the node agent is Slurm's "
-        "Prolog)\n    hint: one slurm.conf setting per entry, as Slurm spells it "
+        "site.yaml:24:7: slurm.extra_lines[2]: Prolog is written by slurm-hetero: set slurm.prolog (the node "
+        "agent joins it) instead\n    hint: one slurm.conf setting per entry, as Slurm spells it "
         "(SchedulerParameters=bf_continue), or Include /path",
     ]
 

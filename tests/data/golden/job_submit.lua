@@ -9,7 +9,8 @@
 -- Invalid user input rejects the job with one line; internal errors let it pass unchanged.
 --
 -- This file is the site's tables (generated), then the bridge's logic: the plain Lua file
--- slurm_hetero/bridge/bridge.lua, verbatim, in a function called with the tables.
+-- slurm_hetero/bridge/bridge.lua, verbatim, in a function called with the tables; then,
+-- where the site file names the site's own job_submit rules, the chain that runs them.
 
 local GRES_PREFIX = "gres:"
 local SNAPSHOT_PATH = "/var/spool/slurmctld/hetero-snapshot.lua"
@@ -1154,7 +1155,10 @@ local function add_prediction(job_desc, set, now, job_partition, tres, record)
     end
     -- The heartbeat matters only where limits may be shortened: no snapshot look-up otherwise.
     if PREDICTED_LIMITS[partition] and user_min and snapshot(now) then
-        local short = max(1, ceil(p90 / 60))
+        -- The limit backfill plans with: the upper quantile, or (`model export --limit
+        -- central`) the central prediction, extended when a job outlives it.
+        local planned = MODEL.limit == "central" and p50 or p90
+        local short = max(1, ceil(planned / 60))
         if short < user_min then
             set.time_limit = short
             pred = pred .. ',"shortened":true,"user_limit_min":' .. itext(user_min)
