@@ -25,10 +25,14 @@ from typing import Any
 from slurm_hetero.errors import InputError
 from slurm_hetero.fileio import write_json_atomic
 from slurm_hetero.replay import merge, report
-from slurm_hetero.replay.metrics import ALL
+from slurm_hetero.replay.metrics import ALL, slowdown
 from slurm_hetero.replay.run import ArmResult
 
-PAIRS = (("bridge", "plain"), ("easy++", "plain"), ("bridge", "easy++"))
+PAIRS = (("bridge", "plain"), ("easy++", "plain"), ("bridge", "easy++"), ("bridge-central", "plain"),
+         ("bridge-central", "easy++"), ("bridge-central", "bridge"))
+# AVEbsld over every measured job (the issue's figure), over those started in every arm (paired),
+# and mean wait.
+KEYS = ("ave_bsld", "ave_bsld_started_in_all", "wait_mean")
 
 
 def _fig(r: ArmResult, name: str) -> float | None:
@@ -36,13 +40,29 @@ def _fig(r: ArmResult, name: str) -> float | None:
     return getattr(f, name) if f is not None else None
 
 
+def common_bsld(res: dict[str, ArmResult]) -> tuple[dict[str, float | None], int]:
+    """Per arm, AVEbsld over the measured jobs that started in every arm, and how many were left
+    out: a job no arm started within the drain waits the same lower bound in all of them (the
+    replay's stop), and one such job can pin every arm's AVEbsld to the same value."""
+    started = [{o.trace_id for o in r.outcomes if o.measured and o.start is not None} for r in res.values()]
+    both = set.intersection(*started) if started else set()
+    out: dict[str, float | None] = {}
+    for name, r in res.items():
+        sl = [slowdown(o, r.end_now) for o in r.outcomes if o.measured and o.trace_id in both]
+        out[name] = statistics.mean(sl) if sl else None
+    measured = {o.trace_id for r in res.values() for o in r.outcomes if o.measured}
+    return out, len(measured - both)
+
+
 def window_row(start: int, res: dict[str, ArmResult]) -> dict[str, Any]:
+    common, left_out = common_bsld(res)
     arms = {}
     for name, r in res.items():
         measured = [o for o in r.outcomes if o.measured]
         lag, err = r.to_json()["release_lag"], r.to_json()["runtime_error"]
         arms[name] = {
             "ave_bsld": _fig(r, "ave_bsld"), "wait_mean": _fig(r, "wait_mean"),
+            "ave_bsld_started_in_all": common[name],
             "measured": len(measured), "never_started": sum(o.start is None for o in measured),
             "killed_early": _fig(r, "killed_early"), "killed_at_limit": _fig(r, "killed_at_limit"),
             "all_ended": r.all_ended, "real_s": r.seconds.get("total"),
@@ -50,7 +70,8 @@ def window_row(start: int, res: dict[str, ArmResult]) -> dict[str, Any]:
             "fidelity": {"release_lag_p90_s": lag.get("p90_abs"), "runtime_error_p50_s": err.get("p50_abs"),
                          "runtime_error_p90_s": err.get("p90_abs")},
         }
-    return {"start": start, "hours": next(iter(res.values())).window.hours, "arms": arms}
+    return {"start": start, "hours": next(iter(res.values())).window.hours, "arms": arms,
+            "measured_not_started_in_some_arm": left_out}
 
 
 def ratios(rows: list[dict[str, Any]], key: str) -> dict[str, Any]:
@@ -87,7 +108,7 @@ def main() -> int:
             return 2
     rows.sort(key=lambda r: r["start"])
     summary = {"log": a.log, "windows": len(rows), "commands": commands,
-               "ratios": {"ave_bsld": ratios(rows, "ave_bsld"), "wait_mean": ratios(rows, "wait_mean")},
+               "ratios": {key: ratios(rows, key) for key in KEYS},
                "killed_early": {k: sum(r["arms"][k]["killed_early"] or 0 for r in rows if k in r["arms"])
                                 for k in rows[0]["arms"]} if rows else {},
                "per_window": rows}
@@ -95,9 +116,11 @@ def main() -> int:
     if a.merged:
         with tempfile.TemporaryDirectory() as tmp:
             paths = []
+            # `replay merge` wants the same arms in every window: those all windows have.
+            common = [k for k in windows[0][1] if all(k in res for _, res in windows)]
             for i, (_, res) in enumerate(windows):
                 meta = {"site": a.log, "speed": res["plain"].speed}
-                d = report.document(list(res.values()), None, None, meta)
+                d = report.document([res[k] for k in common], None, None, meta)
                 paths.append(Path(tmp) / f"window-{i}" / "replay.json")
                 report.write(d, paths[-1])
             try:
@@ -108,7 +131,7 @@ def main() -> int:
             for w, (part, _) in zip(merged["windows"], windows, strict=True):
                 w["file"] = str(part)
             merge.write(merged, a.merged)
-    for key in ("ave_bsld", "wait_mean"):
+    for key in KEYS:
         for pair, r in summary["ratios"][key].items():
             ci = f"[{r['ci95'][0]:.2f}, {r['ci95'][1]:.2f}]" if r["ci95"] else "(no interval)"
             mean = "-" if r["mean"] is None else f"{r['mean']:.2f}"
