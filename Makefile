@@ -57,7 +57,10 @@ integration: deps venv spank
 
 test: deps venv spank lint
 	$(MAKE) -s -C spank test
-	$(BIN)/pytest -q --durations=40  # the slowest tests and fixtures, for the next cut in suite time
+# Unit, Lua and doctests side by side on every core; then the integration tests, which share
+# one booted cluster per session, in one process. --durations: the next cuts in suite time.
+	$(BIN)/pytest -q -n auto --durations=15 --ignore=tests/integration
+	$(BIN)/pytest -q --durations=40 tests/integration
 
 # The integration suite against Slurm 24.11 (Debian 13's packages in a debootstrapped trixie
 # root, reused; as root): make test-24.11 ARGS='tests/integration/test_bridge.py -x'
