@@ -69,6 +69,11 @@ PENDING = frozenset({"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED"})
 ARCHES = ("x86_64", "aarch64")
 _WORD = re.compile(r"[A-Za-z0-9_.-]+")
 MIN_GAP_S = 120.0  # a backfill window shorter than this is not worth a suggestion
+# Slurm's backfill defaults (SchedulerParameters): it plans in steps of bf_resolution, a job
+# ahead's reservation starting at the beginning of its step, and starts a job only at a pass,
+# the next one up to bf_interval away. A shorter --time must end before both.
+BF_RESOLUTION_S = 60
+BF_INTERVAL_S = 30
 SHOW_RUNNING = 12  # rows of the pool's running jobs on the screen (JSON has them all)
 
 
@@ -1073,7 +1078,7 @@ def suggest_time(job: QJob, reason: Reason, need: Need | None, cap: list[NodeFre
     window_end = min(ahead_starts) if ahead_starts else (min(ends) if ends else None)
     if window_end is None:
         return out
-    gap = window_end - now
+    gap = window_end // BF_RESOLUTION_S * BF_RESOLUTION_S - BF_INTERVAL_S - now
     p50 = _pred(job.comment)[0]
     if gap < MIN_GAP_S or job.limit_s <= gap or (p50 is not None and p50 > gap):
         return out

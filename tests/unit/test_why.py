@@ -363,13 +363,15 @@ def test_a_shorter_limit_only_where_backfill_has_a_window(site: Site) -> None:
     busy = {n: 8 if "npu" in n else 4 for n in GPU_NODES} | {"gh200-01": 1, "h100-01": 4}
     w = W.build_why(inputs(mine, [a, big], used=busy), site, now=NOW)
     time_s = [s for s in w.suggestions if s.kind == "time"]
-    assert [s.options for s in time_s] == [("--time=30",)]
-    assert "may start sooner with --time=30" in time_s[0].what and "Slurm's decision" in time_s[0].what
-    assert time_s[0].command_hint == "scontrol update jobid=12 TimeLimit=30"
+    # Backfill plans in whole minutes (NOW+1800 is 40 s into one) and starts jobs at its next
+    # pass, up to 30 s away: the limit ends by NOW+1730.
+    assert [s.options for s in time_s] == [("--time=28",)]
+    assert "may start sooner with --time=28" in time_s[0].what and "Slurm's decision" in time_s[0].what
+    assert time_s[0].command_hint == "scontrol update jobid=12 TimeLimit=28"
     # The job ahead has a planned start from Slurm: that is the window's end.
     big["start_time"] = NOW + 900
     w = W.build_why(inputs(mine, [a, big], used=busy), site, now=NOW)
-    assert [s.options for s in w.suggestions if s.kind == "time"] == [("--time=15",)]
+    assert [s.options for s in w.suggestions if s.kind == "time"] == [("--time=13",)]
     big["start_time"] = 0
     # Negative cases: its limit already fits; its own p50 is longer than the window; nothing is free.
     short = dict(mine, time_limit=20)
