@@ -174,7 +174,8 @@ def main() -> int:
             lo_b, hi_b = (float(x) for x in a.band.split(","))
             first_ok = lo + 0.1 * (hi - lo) + a.warmup_hours * 3600
             found = in_band(df, Capacity.of(site), a.hours, a.of or a.first + a.windows, (lo_b, hi_b),
-                            min_jobs=a.min_jobs, not_before=first_ok, gap_s=a.warmup_hours * 3600)
+                            min_jobs=a.min_jobs, not_before=first_ok, warmup_hours=a.warmup_hours,
+                            gap_s=a.warmup_hours * 3600)
         except (ValueError, InputError) as e:
             print(f"--band {a.band}: {e}", file=sys.stderr)
             return 2

@@ -389,20 +389,24 @@ def busiest(df: pd.DataFrame, capacity: Capacity, hours: float, count: int,
 
 
 def in_band(df: pd.DataFrame, capacity: Capacity, hours: float, count: int, band: tuple[float, float],
-            min_jobs: int = 0, not_before: float | None = None,
+            min_jobs: int = 0, not_before: float | None = None, warmup_hours: float = 0.0,
             gap_s: float = 0.0) -> list[tuple[int, float]]:
-    """`count` windows of `hours`, evenly spread in time over every window whose demand ÷
-    capacity (with the work already running at its start: `demand_ratios(carry_over=True)`)
-    lies within `band` — a queue forms and can drain, so the scheduler's choices matter —
-    with at least `min_jobs` submissions, none before `not_before`, none within `gap_s` of
-    the previous one's end (a warm-up of its own). A rule fixed before any replay, so the
-    windows cannot be the ones that came out well. (start, ratio), in time order."""
+    """`count` windows of `hours`, evenly spread in time over every window whose replayed load
+    lies within `band` — a queue forms and can drain, so the scheduler's choices matter — with at
+    least `min_jobs` submissions, none before `not_before`, none within `gap_s` of the previous
+    one's end. The load is demand ÷ capacity over the span the replay submits (the warm-up and the
+    window: `demand_ratios` of warm-up + hours, from the warm-up's start, without carry-over): a
+    job the trace ran from before the warm-up is not replayed, so it must not count. A rule fixed
+    before any replay, so the windows cannot be the ones that came out well. (start of the
+    measured window, ratio), in time order."""
     lo, hi = band
     if not 0 < lo <= hi:
         raise InputError(f"--band {lo:g},{hi:g}: give 0 < LOW <= HIGH")
     if count < 1:
         raise InputError(f"--windows {count}: give 1 or more")
-    starts, ratio = demand_ratios(df, capacity, hours, carry_over=True)
+    lead = round(warmup_hours * 3600)
+    starts, ratio = demand_ratios(df, capacity, hours + warmup_hours)
+    starts = starts + lead  # each span's measured window starts after its warm-up
     span = round(hours * 3600)
     submit = np.sort(df.loc[df["submit"].notna(), "submit"].to_numpy(dtype="float64"))
     jobs = np.searchsorted(submit, starts + span, side="left") - np.searchsorted(submit, starts, side="left")

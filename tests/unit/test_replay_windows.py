@@ -126,20 +126,27 @@ def test_windows_command_prints_the_busiest() -> None:
 
 
 def test_band_windows_are_spread_over_the_loaded_hours_never_the_idle_or_flooded_ones() -> None:
-    """in_band keeps windows whose demand ÷ capacity (with what already runs) lies in the band,
-    spreads the count evenly over them in time order, and refuses a bad band."""
+    """in_band keeps windows whose replayed load (warm-up + window, what the replay submits)
+    lies in the band, spreads the count evenly over them in time order, and refuses a bad band;
+    a long job submitted before the warm-up (not replayed) does not count."""
     rows = [(h * 3600.0, 600.0, 1.0, 0.0) for h in range(48)]  # idle: ~0.0 of 100 CPUs
     loaded = (6, 14, 22, 30, 38)
     for h in loaded:  # 100 CPUs busy for the hour: ratio about 1
         rows += [(h * 3600.0 + 60 * i, 3600.0, 10.0, 0.0) for i in range(10)]
     rows += [(44 * 3600.0 + 60 * i, 3600.0, 100.0, 0.0) for i in range(10)]  # 10x flooded
+    rows.append((0.0, 47 * 3600.0, 100.0, 0.0))  # the whole machine all along: before any warm-up
     df = trace(rows)
     cap = Capacity(cpus=100, accel=0, max_limit_min=None)
-    found = in_band(df, cap, 1.0, 10, (0.8, 1.5))
+    found = in_band(df, cap, 1.0, 10, (0.8, 1.5), not_before=3600)
     assert {s // 3600 for s, _ in found} == set(loaded), found
     assert all(0.8 <= r <= 1.5 for _, r in found)
-    three = in_band(df, cap, 1.0, 3, (0.8, 1.5))
+    three = in_band(df, cap, 1.0, 3, (0.8, 1.5), not_before=3600)
     assert [s // 3600 for s, _ in three] == [6, 22, 38]  # first, middle, last of the five
     assert [s // 3600 for s, _ in in_band(df, cap, 1.0, 10, (0.8, 1.5), not_before=20 * 3600)] == [22, 30, 38]
+    # With an hour of warm-up the span is two hours: a loaded hour alone is half the load...
+    assert in_band(df, cap, 1.0, 10, (0.8, 1.5), not_before=7200, warmup_hours=1.0) == []
+    # ... and the measured window starts after its warm-up.
+    assert {s // 3600 for s, _ in in_band(df, cap, 1.0, 10, (0.4, 0.6), not_before=7200, warmup_hours=1.0)} \
+        >= {7, 15, 23, 31, 39}
     with pytest.raises(InputError, match="--band"):
         in_band(df, cap, 1.0, 3, (1.5, 0.8))
