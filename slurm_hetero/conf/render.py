@@ -21,6 +21,8 @@ from ClusterShell.NodeSet import NodeSet
 from slurm_hetero.conf.bridge import bridge_context
 from slurm_hetero.conf.containers import container_context
 from slurm_hetero.conf.devices import device_files, device_paths
+from slurm_hetero.conf.monitoring import HOSTS as MONITORING_HOSTS
+from slurm_hetero.conf.monitoring import monitoring_files
 from slurm_hetero.conf.profile import Profile
 from slurm_hetero.conf.slurmconf import (
     accounting_enforce,
@@ -55,6 +57,9 @@ SITE_COPY = "site.yaml"
 MANIFEST = "manifest.json"
 HOSTS = {"job_submit.lua": "controller", "qos.sacctmgr": "controller", "hetero-bridge.service": "controller",
          SITE_COPY: "controller", "hetero-sampler.service": "compute"}
+# monitoring (conf/monitoring.py): the exporters' units, and for the Prometheus server its
+# scrape jobs, target lists and rules ("prometheus": hosts that run no Slurm daemon).
+HOSTS.update(MONITORING_HOSTS)
 # ClusterShell folds hostlist terms in quadratic time: beyond this many, list them as given.
 FOLD_TERMS_MAX = 64
 MODES = {"hetero-taskprolog": 0o755, "hetero-healthcheck": 0o755}  # besides write_files' 0644
@@ -186,6 +191,7 @@ def render_site(site: Site, profile: Profile | None = None) -> dict[str, str]:
         files["gres.conf"] = with_kept_gres_lines(files["gres.conf"], site.slurm.gres_lines)
     files = {name: files[name] for name in OUTPUTS}  # in OUTPUTS' order
     files["hetero-agent.json"] = agent_config(site, profile)
+    files.update(monitoring_files(site, profile, f"{profile.conf_dir}/{SITE_COPY}"))
     if site.power.enabled:
         for name, (action, slot) in POWER_PROGRAMS.items():
             files[name] = env.get_template("hetero-power.j2").render(
@@ -197,10 +203,11 @@ def render_site(site: Site, profile: Profile | None = None) -> dict[str, str]:
 
 def manifest(files: Iterable[str], modes: dict[str, int] | None = None,
              hooks: Iterable[Hook] = (), site_rules: str | None = None) -> str:
-    """manifest.json of a rendered folder: each file, the hosts that get it (all, controller
-    or compute) and its mode, so the deployment copies what render wrote and nothing else;
-    the links the node hooks need on compute nodes (`node_hooks`) and the site's own
-    job_submit rules the controller must have (slurm.job_submit.script)."""
+    """manifest.json of a rendered folder: each file, the hosts that get it (all, controller,
+    compute, or prometheus: the Prometheus server) and its mode, so the deployment copies
+    what render wrote and nothing else; the links the node hooks need on compute nodes
+    (`node_hooks`) and the site's own job_submit rules the controller must have
+    (slurm.job_submit.script)."""
     modes = {**MODES, **(modes or {})}
     entries = [{"name": name, "hosts": HOSTS.get(name, "all"), "mode": f"0{modes.get(name, 0o644):o}"}
                for name in files if name != MANIFEST]

@@ -19,13 +19,12 @@ import click
 
 from slurm_hetero.cliutil import reports_errors, site_option
 from slurm_hetero.errors import InputError, RuntimeFailure
-from slurm_hetero.site.monitor import DEFAULT_LISTEN
+from slurm_hetero.site.monitor import DEFAULT_CLUSTER_PORT, DEFAULT_LISTEN, DEFAULT_NODE_PORT
 
 if TYPE_CHECKING:
     from slurm_hetero.monitor.web import WebConfig
 
-DEFAULT_NODE_PORT = 9410
-DEFAULT_CLUSTER_PORT = 9411
+__all__ = ["DEFAULT_CLUSTER_PORT", "DEFAULT_NODE_PORT", "cluster_exporter", "monitor", "node_exporter"]
 
 
 def _endpoint(listen: str, web_config_file: Path | None) -> tuple[str, WebConfig | None]:
@@ -78,14 +77,17 @@ def endpoint_options(fn: Callable[..., Any]) -> Callable[..., Any]:
 @click.option("--arch", default=None, help="Architecture label [default: this machine's].")
 @click.option("--devices", "spec", default=None,
               help="Device backend [default: the node's entry in hetero-agent.json].")
+@click.option("--state-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Folder of the exporter's energy counters, its own [default: the node agent's "
+                   "folder of this node, which only root may write].")
 @click.option("--pidfile", type=click.Path(path_type=Path), default=None)
 @reports_errors
 def node_exporter(node_name: str | None, port: int, listen: str, web_config_file: Path | None,
                   every: float, tier_s: float, ring_s: float, arch: str | None, spec: str | None,
-                  pidfile: Path | None) -> None:
+                  state_dir: Path | None, pidfile: Path | None) -> None:
     """Per-device metrics of this node for Prometheus (until SIGTERM)."""
     from slurm_hetero.energy.backends import open_devices
-    from slurm_hetero.energy.state import AgentConfig, NodeState, config_path
+    from slurm_hetero.energy.state import AgentConfig, config_path
     from slurm_hetero.monitor.node import NodeExporter, node_arch, serve_node
 
     if tier_s < every:
@@ -99,10 +101,15 @@ def node_exporter(node_name: str | None, port: int, listen: str, web_config_file
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise InputError(f"{path}: cannot read the node agent's config: {e}") from e
     spec = spec or cfg.devices_for(name) or "none"
-    st = NodeState(cfg, name)
-    exporter = NodeExporter(node=name, arch=node_arch(arch), dev=open_devices(spec, st.dir), node_dir=st.dir,
-                            agent_log=cfg.state_dir / "agent.log", every=every, ring_s=max(ring_s, tier_s),
-                            tier_s=tier_s, sampled=spec.startswith("sampled:"))
+    if state_dir is not None and not os.access(state_dir, os.W_OK | os.X_OK):
+        raise InputError(f"--state-dir {state_dir}: not a folder this user ({os.geteuid()}) may write")
+    # Only read here (NodeState would create it, and the agent's folder is root's): a node
+    # whose agent has not run yet has no records, and no device is anyone's.
+    node_dir = cfg.state_dir / name
+    exporter = NodeExporter(node=name, arch=node_arch(arch), dev=open_devices(spec, node_dir),
+                            node_dir=node_dir, agent_log=cfg.state_dir / "agent.log", state_dir=state_dir,
+                            every=every, ring_s=max(ring_s, tier_s), tier_s=tier_s,
+                            sampled=spec.startswith("sampled:"))
     _serve(serve_node, exporter, port, endpoint, f"node exporter {name} ({spec})", pidfile)
 
 

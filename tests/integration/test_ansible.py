@@ -9,14 +9,18 @@ node already had its files before it runs the real `scontrol reconfigure`.
 
 from __future__ import annotations
 
+import grp
 import json
+import pwd
 import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 
 from slurm_hetero.devcluster import Cluster
 from slurm_hetero.site import Site
@@ -28,18 +32,23 @@ CONTROLLER_FILES = ("job_submit.lua", "qos.sacctmgr", "site.yaml")
 ALL_FILES = ("slurm.conf", "gres.conf", "cgroup.conf", "plugstack.conf", "hetero-agent.json", "oci.conf",
              "hetero-containers.json", "hetero-taskprolog", "hetero-healthcheck")
 RECAP = re.compile(r"^(\S+)\s+: ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.M)
+PROMETHEUS_FILES = ("hetero-scrape.yml", "hetero-rules.yml", "hetero-node-targets.json", "hetero-cluster-targets.json")
+EXPORTER_USER = "slurm-hetero-exporter"
 
 pytestmark = pytest.mark.integration
 
 
 def inventory(tmp: Path, groups: dict[str, list[str]]) -> Path:
-    """An inventory of local hosts, each with its own conf and systemd folders under tmp/hosts/."""
+    """An inventory of local hosts, each with its own conf, systemd, Prometheus and node agent
+    folders under tmp/hosts/."""
     lines = []
     for group, hosts in groups.items():
         lines.append(f"[{group}]")
         for h in hosts:
             lines.append(f"{h} {LOCAL} slurm_hetero_conf_dir={tmp / 'hosts' / h / 'etc'} "
-                         f"slurm_hetero_systemd_dir={tmp / 'hosts' / h / 'units'}")
+                         f"slurm_hetero_systemd_dir={tmp / 'hosts' / h / 'units'} "
+                         f"slurm_hetero_prometheus_dir={tmp / 'hosts' / h / 'prometheus'} "
+                         f"slurm_hetero_agent_state_dir={tmp / 'hosts' / h / 'agent'}")
     tmp.mkdir(parents=True, exist_ok=True)
     path = tmp / "inventory"
     path.write_text("\n".join(lines) + "\n")
@@ -70,6 +79,7 @@ def deploy(c: Cluster, tmp: Path, inv: Path, *args: str, src: Path | None = None
     extra = {"slurm_hetero_conf_src": str(src or c.etc), "slurm_hetero_slurm_conf_env": {"SLURM_CONF": str(c.conf)},
              "ansible_become": False, "slurm_hetero_slurmctld_restart_command": recorder(log, "slurmctld"),
              "slurm_hetero_slurmd_restart_command": recorder(log, "slurmd"),
+             "slurm_hetero_prometheus_reload_command": recorder(log, "prometheus"),
              "slurm_hetero_reconfigure_command": reconfigure if "\nnode1 " in inv.read_text() else
              ["sh", "-c", 'echo reconfigure >> "$1"; exec scontrol reconfigure', "sh", str(log)],
              # Units are installed, never started: test machines need not run systemd.
@@ -102,13 +112,39 @@ def changed_tasks(stdout: str) -> list[str]:
     return [t.split("]", 1)[0] for t in stdout.split("TASK [")[1:] if "\nchanged:" in t]
 
 
-def test_role_deploys_in_order_then_changes_nothing(cluster: Cluster, tmp_path: Path) -> None:
-    inv = inventory(tmp_path, {"slurm_controller": ["ctl"], "slurm_compute": ["node1"]})
+@pytest.fixture
+def exporter_user() -> Iterator[str]:
+    """The exporters' system user the role creates, removed afterwards if the test made it."""
+    try:
+        pwd.getpwnam(EXPORTER_USER)
+        existed = True
+    except KeyError:
+        existed = False
+    yield EXPORTER_USER
+    if not existed:
+        subprocess.run(["userdel", EXPORTER_USER], check=False, capture_output=True)
+        subprocess.run(["groupdel", EXPORTER_USER], check=False, capture_output=True)
+
+
+def prometheus_config(folder: Path, scrape: Path | None) -> None:
+    """A Prometheus server's own prometheus.yml, as its admin left it: its own job, the rules
+    file named, and (Prometheus 2.42: no scrape_config_files) the jobs of `scrape` pasted."""
+    jobs = yaml.safe_load(scrape.read_text())["scrape_configs"] if scrape else []
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "prometheus.yml").write_text(yaml.safe_dump({
+        "global": {"scrape_interval": "15s"}, "rule_files": ["hetero-rules.yml"],
+        "scrape_configs": [{"job_name": "prometheus", "static_configs": [{"targets": ["localhost:9090"]}]}, *jobs]}))
+
+
+def test_role_deploys_in_order_then_changes_nothing(cluster: Cluster, tmp_path: Path, exporter_user: str) -> None:
+    inv = inventory(tmp_path, {"slurm_controller": ["ctl"], "slurm_compute": ["node1"], "prometheus": ["prom"]})
     hosts = tmp_path / "hosts"
-    units = {"slurm_hetero_sampler": True, "slurm_hetero_bridge": True}
+    prometheus_config(hosts / "prom" / "prometheus", cluster.etc / "hetero-scrape.yml")
+    own = (hosts / "prom" / "prometheus" / "prometheus.yml").read_text()
+    units = {"slurm_hetero_sampler": True, "slurm_hetero_bridge": True, "slurm_hetero_exporters": True}
     r = deploy(cluster, tmp_path, inv, **units)
     assert r.returncode == 0, r.stdout[-3000:]
-    assert all(n > 0 for n in changed(r).values()) and set(changed(r)) == {"ctl", "node1"}
+    assert all(n > 0 for n in changed(r).values()) and set(changed(r)) == {"ctl", "node1", "prom"}
 
     # Each host got what its role needs, byte for byte; scripts slurm.conf runs are executable.
     for host in ("ctl", "node1"):
@@ -120,8 +156,29 @@ def test_role_deploys_in_order_then_changes_nothing(cluster: Cluster, tmp_path: 
         for name in CONTROLLER_FILES:
             assert (etc / name).exists() == (host == "ctl"), (host, name)
     # The daemons' units only where they run, each with the role's Restart=always drop-in.
-    assert sorted(p.name for p in (hosts / "ctl" / "units").glob("*.service")) == ["hetero-bridge.service"]
-    assert sorted(p.name for p in (hosts / "node1" / "units").glob("*.service")) == ["hetero-sampler.service"]
+    assert sorted(p.name for p in (hosts / "ctl" / "units").glob("*.service")) == \
+        ["hetero-bridge.service", "hetero-exporter.service"]
+    assert sorted(p.name for p in (hosts / "node1" / "units").glob("*.service")) == \
+        ["hetero-node-exporter.service", "hetero-sampler.service"]
+    for host, unit in (("ctl", "hetero-exporter.service"), ("node1", "hetero-node-exporter.service")):
+        text = (hosts / host / "units" / unit).read_text()
+        assert text == (cluster.etc / unit).read_text() and f"\nUser={exporter_user}\n" in text, (host, unit)
+    # The exporters' user: a system user without login, in its own group; on the compute
+    # node its group alone (and root) may enter the node agent's state folder.
+    user = pwd.getpwnam(exporter_user)
+    assert user.pw_shell == "/usr/sbin/nologin" and user.pw_uid < 1000 and user.pw_uid != 0
+    assert grp.getgrgid(user.pw_gid).gr_name == exporter_user
+    agent = (hosts / "node1" / "agent").stat()
+    assert (agent.st_uid, agent.st_gid, agent.st_mode & 0o777) == (0, user.pw_gid, 0o750)
+    assert not (hosts / "ctl" / "agent").exists()
+    # The Prometheus server: its files only (no Slurm file), its own configuration untouched.
+    assert not (hosts / "prom" / "etc").exists() and not (hosts / "prom" / "units").exists()
+    prom = hosts / "prom" / "prometheus"
+    assert sorted(p.name for p in prom.iterdir()) == sorted([*PROMETHEUS_FILES, "prometheus.yml"])
+    for name in PROMETHEUS_FILES:
+        assert (prom / name).read_text() == (cluster.etc / name).read_text(), name
+    assert (prom / "prometheus.yml").read_text() == own
+    assert "Prometheus accepts its whole configuration with them" in r.stdout
     sampler = (hosts / "node1" / "units" / "hetero-sampler.service").read_text()
     assert "node sample --every 1" in sampler and "npu-[01-02]" in sampler
     bridge = (hosts / "ctl" / "units" / "hetero-bridge.service").read_text()
@@ -141,20 +198,20 @@ def test_role_deploys_in_order_then_changes_nothing(cluster: Cluster, tmp_path: 
              "TASK [slurm_hetero : Nodes down or drained after deploying]"]
     at = [r.stdout.index(m) for m in marks]
     assert at == sorted(at), list(zip(marks, at, strict=True))
-    assert restarts(tmp_path) == ["slurmctld ctl", "reconfigure", "slurmd node1"]
+    assert restarts(tmp_path) == ["slurmctld ctl", "reconfigure", "slurmd node1", "prometheus prom"]
     assert "Slurm sees the accelerators the configuration declares" in r.stdout
     assert "no node became unusable" in r.stdout
 
     # Second run: nothing to do anywhere, nothing restarted.
     r = deploy(cluster, tmp_path, inv, **units)
     assert r.returncode == 0, r.stdout[-3000:]
-    assert changed(r) == {"ctl": 0, "node1": 0}, r.stdout[-3000:]
-    assert len(restarts(tmp_path)) == 3
+    assert changed(r) == {"ctl": 0, "node1": 0, "prom": 0}, changed_tasks(r.stdout)
+    assert len(restarts(tmp_path)) == 4
 
     # Check mode with nothing to change: succeeds, reports nothing.
     r = deploy(cluster, tmp_path, inv, "--check", "--diff", **units)
     assert r.returncode == 0, r.stdout[-3000:]
-    assert changed(r) == {"ctl": 0, "node1": 0}, r.stdout[-3000:]
+    assert changed(r) == {"ctl": 0, "node1": 0, "prom": 0}, changed_tasks(r.stdout)
 
     # A new gres.conf and a slurm.conf change that reconfigure applies (DefMemPerCPU).
     src = tmp_path / "src"
@@ -170,12 +227,12 @@ def test_role_deploys_in_order_then_changes_nothing(cluster: Cluster, tmp_path: 
     assert changed(r)["node1"] > 0 and changed(r)["ctl"] > 0
     assert "+DefMemPerCPU=2048" in r.stdout and "+# changed by the test" in r.stdout
     assert snapshot(hosts) == before
-    assert len(restarts(tmp_path)) == 3
+    assert len(restarts(tmp_path)) == 4
     # Applied: reconfigure (after the node got its files), slurmd restarted on the compute
-    # node only (gres.conf), slurmctld not (no restart-only key changed).
+    # node only (gres.conf), slurmctld not (no restart-only key changed), Prometheus not.
     r = deploy(cluster, tmp_path, inv, src=src, **units)
     assert r.returncode == 0, r.stdout[-3000:]
-    assert restarts(tmp_path)[3:] == ["reconfigure", "slurmd node1"]
+    assert restarts(tmp_path)[4:] == ["reconfigure", "slurmd node1"]
     assert (hosts / "node1" / "etc" / "gres.conf").read_text().endswith("# changed by the test\n")
 
     # A node definition changes: slurmctld restarted (not only reconfigured), then slurmd.
@@ -185,8 +242,14 @@ def test_role_deploys_in_order_then_changes_nothing(cluster: Cluster, tmp_path: 
     (src / "slurm.conf").write_text(conf.replace(line[0], line[0].replace(" Weight=1 ", " Weight=3 ")))
     r = deploy(cluster, tmp_path, inv, src=src, **units)
     assert r.returncode == 0, r.stdout[-3000:]
-    assert restarts(tmp_path)[5:] == ["slurmctld ctl", "reconfigure", "slurmd node1"]
+    assert restarts(tmp_path)[6:] == ["slurmctld ctl", "reconfigure", "slurmd node1"]
     assert "changed: NodeName: slurmctld is restarted" in r.stdout
+
+    # A rule Prometheus would refuse is not installed: promtool checks it first.
+    (src / "hetero-rules.yml").write_text((src / "hetero-rules.yml").read_text() + "  - name: broken\n    rules: [{record: x}]\n")
+    r = deploy(cluster, tmp_path, inv, src=src, **units)
+    assert r.returncode != 0 and "failed to validate" in r.stdout, r.stdout[-3000:]
+    assert (prom / "hetero-rules.yml").read_text() == (cluster.etc / "hetero-rules.yml").read_text()
 
 
 def assoc_qos(c: Cluster, account: str) -> set[str]:
@@ -320,12 +383,14 @@ def test_manifest_says_which_hosts_get_which_file(cluster: Cluster, tmp_path: Pa
 
 
 @pytest.mark.parametrize("bad", ["no folder", "no such folder", "path in manifest", "manifest version",
-                                 "file missing"])
+                                 "file missing", "prometheus without the jobs"])
 def test_role_input_errors_are_clear(cluster: Cluster, tmp_path: Path, bad: str) -> None:
     src = tmp_path / "src"
     shutil.copytree(cluster.etc, src)
     manifest = {"version": 1, "files": [{"name": "slurm.conf", "hosts": "all"}]}
     conf_src, expect = str(src), ""
+    groups: dict[str, list[str]] = {"slurm_controller": ["ctl"]}
+    more: dict[str, str] = {}
     if bad == "no folder":
         conf_src, expect = "", "slurm_hetero_conf_src must name the folder"
     elif bad == "no such folder":
@@ -339,12 +404,23 @@ def test_role_input_errors_are_clear(cluster: Cluster, tmp_path: Path, bad: str)
     elif bad == "file missing":
         manifest["files"].append({"name": "nosuch.conf", "hosts": "all"})
         expect = f"nosuch.conf is missing from {src}"
+    elif bad == "prometheus without the jobs":
+        # Its prometheus.yml names the rules but scrapes nothing of ours: nothing may change.
+        manifest["files"] += [{"name": name, "hosts": "prometheus"} for name in PROMETHEUS_FILES]
+        groups["prometheus"] = ["prom"]
+        prometheus_config(tmp_path / "prom", None)
+        more = {"slurm_hetero_prometheus_dir": str(tmp_path / "prom")}
+        expect = (f"{tmp_path}/prom/prometheus.yml on prom must read the rules (rule_files: [hetero-rules.yml]) "
+                  "and scrape the exporters")
     (src / "manifest.json").write_text(json.dumps(manifest))
-    inv = inventory(tmp_path, {"slurm_controller": ["ctl"]})
-    r = deploy(cluster, tmp_path, inv, src=src, slurm_hetero_conf_src=conf_src)
+    inv = inventory(tmp_path, groups)
+    r = deploy(cluster, tmp_path, inv, src=src, slurm_hetero_conf_src=conf_src, **more)
     assert r.returncode != 0
-    assert expect in r.stdout, r.stdout[-2000:]
+    assert expect in " ".join(r.stdout.split()), r.stdout[-2000:]
     assert not (tmp_path / "hosts").exists()  # nothing was copied
+    if bad == "prometheus without the jobs":
+        assert "missing: the scrape jobs" in r.stdout and sorted(p.name for p in (tmp_path / "prom").iterdir()) == \
+            ["prometheus.yml"]
     assert restarts(tmp_path) == []
 
 

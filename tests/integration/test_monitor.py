@@ -2,9 +2,11 @@
 
 The dev cluster starts a node exporter for every node and the cluster exporter
 (`Cluster.start_exporters`, `cluster up --exporters`); Prometheus scrapes a GPU node's, an
-NPU node's and the cluster's with the rendered configuration and rules (short intervals). A GPU
-and an NPU job run: their devices' series must carry their job ids, as Prometheus stored
-them. Fragmentation and queue time: with 1 A100 free on each A100 node and a 2-A100 job
+NPU node's and the cluster's with what `conf render` writes for it (short intervals): the
+scrape jobs pasted into its own configuration as an admin of Prometheus 2.42 does, their
+file_sd target lists and the rules. A GPU and an NPU job run: each of their devices must have
+one `hetero_device_job_info` series with the job's id, which joins its device series, as
+Prometheus stored them. Fragmentation and queue time: with 1 A100 free on each A100 node and a 2-A100 job
 waiting, both free devices are fragmented, as Prometheus stored it and as a brute-force
 recount from `sinfo --json` says; when the job starts, its wait is observed once. Then the
 bridge daemon is stopped: the heartbeat alert must fire.
@@ -23,11 +25,12 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import yaml
 
 from slurm_hetero.devcluster import Cluster
 from slurm_hetero.devcluster.procs import free_ports, port_open, wait_until
 from slurm_hetero.energy.fake import FakeDevices
-from slurm_hetero.monitor.render import PrometheusSettings, render_prometheus
+from slurm_hetero.monitor.render import PrometheusSettings, render_scrape
 from slurm_hetero.site import Site
 from slurm_hetero.slurm.jobs import submit
 from tests.integration.test_energy import devices_of
@@ -89,11 +92,17 @@ def monitoring(cluster: Cluster, demo_site: Site, tmp_path_factory: pytest.TempP
     argvs: list[list[str]] = []
     settings = PrometheusSettings(
         node_targets=[f"127.0.0.1:{gpu_port}", f"127.0.0.1:{npu_port}"],
-        cluster_targets=[f"127.0.0.1:{cluster_port}"], rules_file=str(tmp / "hetero-rules.yml"),
-        node_scrape_s=1, cluster_scrape_s=1, cluster_every_s=2, fast_rules_s=1, slow_rules_s=2,
-        alert_for_s=1, heartbeat_lost_s=6, snapshot_stale_s=10)
-    for name, text in render_prometheus(settings).items():
+        cluster_targets=[f"127.0.0.1:{cluster_port}"], node_sd_file="hetero-node-targets.json",
+        cluster_sd_file="hetero-cluster-targets.json", node_scrape_s=1, cluster_scrape_s=1, cluster_every_s=2,
+        fast_rules_s=1, slow_rules_s=2, alert_for_s=1, heartbeat_lost_s=6, snapshot_stale_s=10)
+    files = render_scrape(settings)
+    assert sorted(files) == ["hetero-cluster-targets.json", "hetero-node-targets.json", "hetero-rules.yml",
+                             "hetero-scrape.yml"]
+    for name, text in files.items():
         (tmp / name).write_text(text)
+    own = {"global": {"scrape_interval": "15s", "evaluation_interval": "1s"}, "rule_files": ["hetero-rules.yml"],
+           "scrape_configs": yaml.safe_load(files["hetero-scrape.yml"])["scrape_configs"]}
+    (tmp / "prometheus.yml").write_text(yaml.safe_dump(own))
     argvs.append(["prometheus", f"--config.file={tmp / 'prometheus.yml'}", f"--storage.tsdb.path={tmp / 'data'}",
                   f"--web.listen-address=127.0.0.1:{prom_port}"])
     procs: list[subprocess.Popen[bytes]] = []
@@ -125,6 +134,12 @@ def monitoring(cluster: Cluster, demo_site: Site, tmp_path_factory: pytest.TempP
         cluster.stop_exporters()
 
 
+def held_by(jid: int, q: str = "hetero_device_power_watts", *labels: str) -> str:
+    """`q` on the devices job `jid` holds, with its id and user: the info series' join."""
+    extra = ", ".join(["jobid", "user", *labels])
+    return f'{q} * on (node, kind, index) group_left ({extra}) hetero_device_job_info{{jobid="{jid}"}}'
+
+
 def test_running_jobs_series_carry_their_job_id(cluster: Cluster, monitoring: Prom) -> None:
     gpu = submit(cluster.runner, ["--accel=h100:2", "--energy=efficiency", "-o", "/dev/null"], "sleep 40")
     npu = submit(cluster.runner, ["--accel=cann:2", "-w", NPU_NODE, "-o", "/dev/null"], "sleep 40")
@@ -132,19 +147,27 @@ def test_running_jobs_series_carry_their_job_id(cluster: Cluster, monitoring: Pr
         for jid, node, kind, arch in ((gpu, GPU_NODE, "gpu", "x86_64"), (npu, NPU_NODE, "npu", "aarch64")):
             got_node, _, idx = devices_of(cluster, jid)
             assert got_node == node
-            res = monitoring.wait(f'hetero_device_power_watts{{jobid="{jid}"}}', has_series(len(idx)))
+            res = monitoring.wait(held_by(jid, "hetero_device_power_watts", "policy"), has_series(len(idx)))
             assert sorted(int(r["metric"]["index"]) for r in res) == sorted(idx)
             for r in res:
                 m = r["metric"]
-                assert (m["node"], m["kind"], m["arch"], m["user"], m["job"]) == \
-                    (node, kind, arch, "root", "hetero-node")
+                assert (m["node"], m["kind"], m["arch"], m["user"], m["job"], m["jobid"]) == \
+                    (node, kind, arch, "root", "hetero-node", str(jid))
                 assert float(r["value"][1]) > 0
+            if kind == "gpu":  # the policy its prolog applied, on the same info series
+                assert {r["metric"]["policy"] for r in res} == {"efficiency"}
+            # The device series themselves carry no job: one series per device, whoever holds it.
+            stored = monitoring.query(f'hetero_device_power_watts{{node="{node}", index="{idx[0]}"}}')
+            assert len(stored) == 1 and "jobid" not in stored[0]["metric"], stored
+            held = monitoring.query(f'hetero_device_job_id{{node="{node}"}} == {jid}')
+            assert sorted(int(r["metric"]["index"]) for r in held) == sorted(idx)
             # the 10 s tier (2 s here) and its recording rule see the job too
             monitoring.wait(f'hetero_job_devices{{jobid="{jid}"}}', has_values([len(idx)]))
             monitoring.wait(f'hetero:job_power_watts:sum{{jobid="{jid}"}}',
                             lambda r: len(r) == 1 and float(r[0]["value"][1]) > 0)
-        # devices no job holds carry no job id
-        free = monitoring.query(f'hetero_device_power_watts{{node="{GPU_NODE}", jobid=""}}')
+        # devices no job holds have no info series
+        free = monitoring.query(f'hetero_device_power_watts{{node="{GPU_NODE}"}} unless on (node, kind, index) '
+                                "hetero_device_job_info")
         assert len(free) == 8 - 2
         # what the agent applied to the GPU job's devices (the fake's state) is what Prometheus has
         _, _, idx = devices_of(cluster, gpu)
@@ -154,7 +177,7 @@ def test_running_jobs_series_carry_their_job_id(cluster: Cluster, monitoring: Pr
             res = monitoring.query(f'hetero_device_power_limit_watts{{node="{GPU_NODE}", index="{i}"}}')
             assert [float(r["value"][1]) for r in res] == [state["limit_w"]]
             changed = state["limit_w"] != state["default_w"] or state["clock_level"] != "default"
-            res = monitoring.query(f'hetero_device_non_default{{node="{GPU_NODE}", index="{i}"}}')
+            res = monitoring.query(held_by(gpu, f'hetero_device_non_default{{node="{GPU_NODE}", index="{i}"}}'))
             assert [(r["metric"]["jobid"], float(r["value"][1])) for r in res] == [(str(gpu), float(changed))]
         # the cluster exporter counts both jobs as running in their pools
         pools = monitoring.wait('hetero_jobs{state="running"}',

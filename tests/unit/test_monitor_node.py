@@ -4,8 +4,15 @@ writing the records that say which job holds which device."""
 from __future__ import annotations
 
 import json
+import os
 import platform
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -79,7 +86,7 @@ def by_index(series: list[tuple[dict[str, str], float]]) -> dict[int, tuple[dict
     return {int(labels["index"]): (labels, v) for labels, v in series}
 
 
-def test_devices_carry_the_job_that_holds_them_now(cfg: AgentConfig, jobs: dict[str, agent.JobView]) -> None:
+def test_the_job_holding_a_device_is_one_info_series(cfg: AgentConfig, jobs: dict[str, agent.JobView]) -> None:
     jobs["41"] = agent.JobView("41", "alice", "train", json.dumps({"hetero": 1, "energy": "efficiency"}),
                                {"gpu": [2, 5]})
     agent.prolog(cfg, "41", NODE)
@@ -88,11 +95,16 @@ def test_devices_carry_the_job_that_holds_them_now(cfg: AgentConfig, jobs: dict[
     m = scrape(exp)
     power = by_index(m["hetero_device_power_watts"])
     assert sorted(power) == list(range(8))
-    held = {i for i, (labels, _) in power.items() if labels["jobid"]}
-    assert held == {2, 5}
-    assert all(power[i][0]["user"] == "alice" and power[i][0]["jobid"] == "41" for i in held)
-    assert all(power[i][0]["jobid"] == "" and power[i][0]["user"] == "" for i in set(power) - held)
-    assert power[0][0]["model"] == "h100" and power[0][0]["arch"] == "x86_64" and power[0][0]["node"] == NODE
+    # A device's own series carry only what the device keeps for life; the job is apart.
+    stable = {"node": NODE, "kind": "gpu", "model": "h100", "arch": "x86_64"}
+    for i, (labels, _) in power.items():
+        assert labels == {**stable, "index": str(i)}, labels
+    info = m["hetero_device_job_info"]
+    assert sorted((labels["index"], labels["jobid"], labels["user"], labels["policy"], v) for labels, v in info) == \
+        [("2", "41", "alice", "efficiency", 1.0), ("5", "41", "alice", "efficiency", 1.0)]
+    assert set(info[0][0]) == {"node", "kind", "index", "jobid", "user", "policy"}
+    assert {i: v for i, (_, v) in by_index(m["hetero_device_job_id"]).items()} == \
+        {i: 41.0 if i in (2, 5) else 0.0 for i in range(8)}
     # The fake draws default x load = 210 W, under the 420 W cap efficiency applies.
     assert power[2][1] == pytest.approx(210)
     limits = by_index(m["hetero_device_power_limit_watts"])
@@ -100,8 +112,7 @@ def test_devices_carry_the_job_that_holds_them_now(cfg: AgentConfig, jobs: dict[
     assert by_index(m["hetero_device_non_default"])[2][1] == 1
     assert by_index(m["hetero_device_non_default"])[0][1] == 0
     assert by_index(m["hetero_device_allocated"])[5][1] == 1
-    policy = by_index(m["hetero_device_clock_policy_info"])
-    assert policy[2][0]["level"] == "medium" and policy[2][0]["policy"] == "efficiency"
+    assert by_index(m["hetero_device_clock_policy_info"])[2][0]["level"] == "medium"
     assert by_index(m["hetero_device_memory_total_bytes"])[0][1] == 81920 * 2**20
     assert "hetero_device_temperature_celsius" not in m  # the fake has none: not exported
     # 10 s tier: the job's devices on this node
@@ -111,11 +122,21 @@ def test_devices_carry_the_job_that_holds_them_now(cfg: AgentConfig, jobs: dict[
     jp = {labels["stat"]: v for labels, v in m["hetero_job_power_watts"]}
     assert jp["mean"] == pytest.approx(420) and jp["max"] == pytest.approx(420)
 
+    series_before = {(name, tuple(sorted(labels.items()))) for name, ss in m.items() if name.startswith("hetero_device")
+                     and name != "hetero_device_job_info" for labels, _ in ss}
     agent.epilog(cfg, "41", NODE)
     exp.sample()
     m = scrape(exp)
-    assert all(labels["jobid"] == "" for labels, _ in m["hetero_device_power_watts"])
+    assert "hetero_device_job_info" not in m  # no job: no series at all, not a 0
+    assert all(v == 0 for _, v in m["hetero_device_job_id"])
     assert all(v == 0 for _, v in m["hetero_device_non_default"])
+    # The job came and went; the devices' series are the same ones, but for the clock level
+    # the agent applied and restored (a device state: a handful of values per device).
+    series_after = {(name, tuple(sorted(labels.items()))) for name, ss in m.items() if name.startswith("hetero_device")
+                    and name != "hetero_device_job_info" for labels, _ in ss}
+    differ = {(name, dict(labels)["index"], dict(labels).get("level")) for name, labels in series_before ^ series_after}
+    assert differ == {("hetero_device_clock_policy_info", "2", "medium"), ("hetero_device_clock_policy_info", "2", "default"),
+                      ("hetero_device_clock_policy_info", "5", "medium"), ("hetero_device_clock_policy_info", "5", "default")}, differ
 
 
 def test_a_device_left_changed_without_a_job_is_visible(cfg: AgentConfig,
@@ -234,6 +255,111 @@ def test_cli_bad_input_names_the_option(tmp_path: Path, monkeypatch: pytest.Monk
     monkeypatch.setenv("SLURM_HETERO_AGENT", str(tmp_path / "missing.json"))
     r = CliRunner().invoke(node_exporter, ["--node", NODE, "--port", "0"])
     assert r.exit_code == 2 and "missing.json" in r.output, r.output
+
+
+def test_cli_state_dir_must_be_writable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    conf = tmp_path / "hetero-agent.json"
+    conf.write_text(json.dumps({"state_dir": str(tmp_path / "agent"), "history": str(tmp_path / "h.jsonl"),
+                                "groups": [], "policies": {}}))
+    monkeypatch.setenv("SLURM_HETERO_AGENT", str(conf))
+    r = CliRunner().invoke(node_exporter, ["--node", NODE, "--port", "0", "--state-dir", str(tmp_path / "nowhere")])
+    assert r.exit_code == 2 and f"--state-dir {tmp_path / 'nowhere'}: not a folder this user" in r.output, r.output
+    assert not (tmp_path / "agent").exists()  # the exporter creates nothing in the agent's folder
+
+
+def test_counters_move_to_the_exporters_own_folder(cfg: AgentConfig, tmp_path: Path) -> None:
+    """Its counters in its own folder; totals an exporter kept in the agent's folder (as root,
+    before) go on from where they were."""
+    old = exporter(cfg)
+    old.sample()
+    old.energy.save()
+    before = {labels["index"]: v for labels, v in scrape(old)["hetero_device_energy_joules_total"]}
+    node_dir = NodeState(cfg, NODE).dir
+    kept = (node_dir / "monitor-energy.json").read_bytes()
+    own = tmp_path / "own"
+    own.mkdir()
+    new = exporter(cfg, state_dir=own)
+    new.sample()
+    new.energy.save()
+    after = {labels["index"]: v for labels, v in scrape(new)["hetero_device_energy_joules_total"]}
+    assert all(after[i] >= before[i] for i in before), (before, after)
+    assert (own / "monitor-energy.json").exists() and (node_dir / "monitor-energy.json").read_bytes() == kept
+
+
+Scrape = dict[str, list[tuple[dict[str, str], float]]]
+
+
+def _scrape_url(url: str) -> Scrape:
+    with urllib.request.urlopen(url, timeout=5) as r:
+        text = r.read().decode()
+    out: Scrape = {}
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            out.setdefault(s.name, []).append((dict(s.labels), s.value))
+    return out
+
+
+def _run_as(uid: int, groups: list[int], argv: list[str], env: dict[str, str]) -> Scrape:
+    """Start the exporter as uid (only `groups`), scrape it once it listens, stop it."""
+    priv = ["setpriv", f"--reuid={uid}", f"--regid={uid}",
+            f"--groups={','.join(map(str, groups))}" if groups else "--clear-groups"]
+    p = subprocess.Popen([*priv, *argv], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        assert p.stderr is not None
+        deadline, port = time.monotonic() + 60, None
+        while port is None and time.monotonic() < deadline:
+            line = p.stderr.readline()
+            assert line or p.poll() is None, "the exporter stopped"
+            m = re.search(r" on http://127\.0\.0\.1:(\d+)", line)
+            port = int(m.group(1)) if m else None
+        assert port, "the exporter never listened"
+        time.sleep(0.5)  # a few samples
+        return _scrape_url(f"http://127.0.0.1:{port}/metrics")
+    finally:
+        p.terminate()
+        p.wait(10)
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None, reason="needs root to become another user")
+def test_node_exporter_runs_as_an_unprivileged_user_of_the_agents_group() -> None:
+    """What the unit gives it: an unprivileged user whose only way into the node agent's
+    root-owned 0750 folder is its group, and a state folder of its own. It reads who holds
+    each device and writes nothing but its own counters; without the group it sees no job."""
+    uid, group = 65534, 4242
+    base = Path(tempfile.mkdtemp(prefix="hetero-exporter-"))
+    try:
+        base.chmod(0o755)  # pytest's own folders are root's alone
+        fake = base / "gpu.json"
+        FakeDevices.create(fake, "gpu", 2, "h100", default_w=700, load=0.3, memory_mib=1000)
+        agent_dir = base / "agent"
+        node_dir = agent_dir / NODE
+        node_dir.mkdir(parents=True)
+        os.chown(agent_dir, 0, group)
+        agent_dir.chmod(0o750)
+        (node_dir / "job-41.json").write_text(json.dumps({"job": "41", "user": "alice", "policy": "balanced",
+                                                          "devices": [{"kind": "gpu", "idx": 1, "t": 1.0}]}))
+        conf = base / "hetero-agent.json"
+        conf.write_text(json.dumps({"state_dir": str(agent_dir), "history": str(agent_dir / "history.jsonl"),
+                                    "groups": [{"nodes": NODE, "devices": f"fake:{fake}"}], "policies": {}}))
+        state = base / "state"
+        state.mkdir(mode=0o700)
+        os.chown(state, uid, uid)
+        listing = sorted(p.name for p in node_dir.iterdir())
+        argv = [sys.executable, "-m", "slurm_hetero.monitor", "node-exporter", "--node", NODE, "--port", "0",
+                "--listen", "127.0.0.1", "--every", "0.2", "--tier", "1", "--state-dir", str(state)]
+        env = {**os.environ, "SLURM_HETERO_AGENT": str(conf)}
+
+        m = _run_as(uid, [group], argv, env)
+        assert [(labels["index"], labels["jobid"], labels["user"]) for labels, _ in m["hetero_device_job_info"]] == \
+            [("1", "41", "alice")]
+        assert len(m["hetero_device_power_watts"]) == 2
+        assert (state / "monitor-energy.json").stat().st_uid == uid  # its counters, in its folder
+        assert sorted(p.name for p in node_dir.iterdir()) == listing  # nothing written in the agent's
+
+        m = _run_as(uid, [], argv, env)  # the same user outside the group
+        assert "hetero_device_job_info" not in m and len(m["hetero_device_power_watts"]) == 2
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
 
 
 class WithStatus:

@@ -8,12 +8,14 @@ import json
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
+from slurm_hetero.conf import render_site
 from slurm_hetero.conf.render import Profile
 from slurm_hetero.energy.backends import open_devices
 from slurm_hetero.energy.fake import FakeDevices
@@ -109,17 +111,104 @@ def test_settings_are_checked() -> None:
     assert node["file_sd_configs"] == [{"files": ["/etc/prometheus/nodes.json"]}]
 
 
+def _service(unit: str) -> dict[str, list[str]]:
+    """The [Service] section's settings: key -> values, in order."""
+    section = unit.split("\n[Service]\n", 1)[1].split("\n[", 1)[0]
+    out: dict[str, list[str]] = {}
+    for line in section.splitlines():
+        if line and not line.startswith("#"):
+            key, _, value = line.partition("=")
+            out.setdefault(key, []).append(value)
+    return out
+
+
 def test_systemd_units() -> None:
     units = render_units(Profile(agent_cli="/opt/hetero/bin/slurm-hetero"), "/etc/slurm/my site.yaml",
                          node_port=9500)
     node = units["hetero-node-exporter.service"]
-    assert "ExecStart=/opt/hetero/bin/slurm-hetero node exporter --port 9500 --listen 0.0.0.0 --every 1\n" in node
+    assert ("ExecStart=/opt/hetero/bin/slurm-hetero node exporter --port 9500 --listen 0.0.0.0 --every 1 "
+            "--state-dir /var/lib/slurm-hetero-exporter\n") in node
     assert "Environment=SLURM_CONF=/etc/slurm/slurm.conf" in node
     cluster = units["hetero-exporter.service"]
     assert "exporter --site '/etc/slurm/my site.yaml' --snapshot /var/spool/slurmctld/hetero-snapshot.lua" in cluster
     for text in units.values():
         assert "[Service]" in text and "[Install]" in text and "{{" not in text
         assert "--web-config-file" not in text
+
+
+def test_exporters_run_unprivileged() -> None:
+    """Least privilege: the exporters' own user, no capabilities, nothing writable but the
+    node exporter's counters; devices only where a driver library must open them."""
+    units = render_units(Profile(), "/etc/slurm/site.yaml")
+    for name, text in units.items():
+        s = _service(text)
+        assert s["User"] == s["Group"] == ["slurm-hetero-exporter"], name
+        assert s["CapabilityBoundingSet"] == s["AmbientCapabilities"] == [""], name
+        assert s["NoNewPrivileges"] == ["yes"] and s["ProtectSystem"] == ["strict"], name
+        assert "ReadWritePaths" not in s and "SupplementaryGroups" not in s, name
+    node, cluster = (_service(units[n]) for n in ("hetero-node-exporter.service", "hetero-exporter.service"))
+    # The node exporter writes its counters into its own state folder, never the agent's.
+    assert node["StateDirectory"] == ["slurm-hetero-exporter"] and node["StateDirectoryMode"] == ["0700"]
+    assert node["ExecStart"][0].endswith(" --state-dir /var/lib/slurm-hetero-exporter")
+    assert "PrivateDevices" not in node  # NVML, amdsmi and npu-smi open the device files
+    assert cluster["PrivateDevices"] == ["yes"] and "StateDirectory" not in cluster
+    assert cluster["SystemCallFilter"] == ["@system-service"]
+
+
+@pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd not installed")
+def test_systemd_accepts_the_units(tmp_path: Path) -> None:
+    """`systemd-analyze verify` reads each setting as systemd would: an unknown key or a bad
+    value is a warning on stderr, so nothing may be printed."""
+    cli = shutil.which("slurm-hetero") or str(Path(sys.executable).parent / "slurm-hetero")
+    site = load_site_text(DEMO.read_text() + SITE_MONITOR)
+    for name, text in render_units(Profile(agent_cli=cli), "/etc/slurm/site.yaml", monitor=site.monitor).items():
+        (tmp_path / name).write_text(text)
+        r = subprocess.run(["systemd-analyze", "verify", str(tmp_path / name)], capture_output=True, text=True,
+                           check=False)
+        assert r.returncode == 0 and r.stdout + r.stderr == "", (name, r.stdout + r.stderr)
+
+
+def test_conf_render_writes_the_monitoring_files() -> None:
+    """The exporters' units, the scrape jobs reading file_sd lists of every compute node and
+    the controller (on the site's ports), and the rules, as `conf render` writes them."""
+    site = load_site_text(DEMO.read_text() + "\nmonitor: {node_port: 9500, cluster_port: 9501}\n")
+    files = render_site(site, Profile(ctld_host="ctl", snapshot_stale_s=45))
+    assert "node exporter --port 9500 " in files["hetero-node-exporter.service"]
+    assert "--site /etc/slurm/site.yaml " in files["hetero-exporter.service"]
+    assert " --port 9501 " in files["hetero-exporter.service"]
+    scrape = yaml.safe_load(files["hetero-scrape.yml"])
+    assert [(j["job_name"], j["file_sd_configs"]) for j in scrape["scrape_configs"]] == [
+        ("hetero-node", [{"files": ["hetero-node-targets.json"]}]),
+        ("hetero-cluster", [{"files": ["hetero-cluster-targets.json"]}])]
+    assert json.loads(files["hetero-node-targets.json"]) == [
+        {"targets": [f"{n}:9500" for n in site.all_nodes], "labels": {}}]
+    assert json.loads(files["hetero-cluster-targets.json"]) == [{"targets": ["ctl:9501"], "labels": {}}]
+    # The same rules as a complete configuration's, with the profile's limits.
+    assert files["hetero-rules.yml"] == render_prometheus(settings_for_site(site, Profile(
+        ctld_host="ctl", snapshot_stale_s=45)))["hetero-rules.yml"]
+    assert "hetero_bridge_snapshot_age_seconds > 45" in files["hetero-rules.yml"]
+
+
+@pytest.mark.skipif(shutil.which("promtool") is None, reason="Debian's prometheus package not installed")
+def test_promtool_accepts_the_scrape_jobs_with_their_target_lists(tmp_path: Path) -> None:
+    """The jobs pasted into a Prometheus configuration beside the rendered files, as the role
+    installs them: promtool reads the rules and each target list."""
+    files = render_site(load_site(DEMO), Profile())
+    for name in ("hetero-scrape.yml", "hetero-rules.yml", "hetero-node-targets.json", "hetero-cluster-targets.json"):
+        (tmp_path / name).write_text(files[name])
+    own = {"global": {"scrape_interval": "15s"}, "rule_files": ["hetero-rules.yml"],
+           **yaml.safe_load(files["hetero-scrape.yml"])}
+    (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(own))
+    r = subprocess.run(["promtool", "check", "config", str(tmp_path / "prometheus.yml")],
+                       capture_output=True, text=True, check=False)
+    out = r.stdout + r.stderr
+    assert r.returncode == 0 and "WARNING" not in out, out
+    assert "SUCCESS: 1 rule files found" in out, out  # an SD file it cannot find is a WARNING
+    # A target list Prometheus cannot read fails the check: the test can fail.
+    (tmp_path / "hetero-node-targets.json").write_text('[{"targets": "n1:9410"}]')
+    r = subprocess.run(["promtool", "check", "config", str(tmp_path / "prometheus.yml")],
+                       capture_output=True, text=True, check=False)
+    assert r.returncode != 0, r.stdout + r.stderr
 
 
 SITE_MONITOR = """
@@ -149,6 +238,11 @@ def test_the_sites_address_and_web_config_reach_the_units() -> None:
     ("{listen: eth0}", "monitor.listen: 'eth0' is neither an IP address nor a network"),
     ("{web_config_file: web.yml}", "monitor.web_config_file: 'web.yml' is not allowed"),
     ("{address: 0.0.0.0}", "monitor: Additional properties are not allowed ('address' was unexpected)"),
+    ("{node_port: 9100}", "monitor.node_port: 9100 is node_exporter's"),
+    ("{cluster_port: 9400}", "monitor.cluster_port: 9400 is NVIDIA's dcgm-exporter's"),
+    ("{node_port: 9500, cluster_port: 9500}", "monitor.cluster_port: 9500 is monitor.node_port too"),
+    ("{node_port: 80}", "monitor.node_port: 80 is less than the minimum of 1024"),
+    ("{cluster_port: '9411'}", "monitor.cluster_port: '9411' is not of type 'integer'"),
 ])
 def test_bad_monitor_sections_name_the_field(monitor: str, message: str) -> None:
     with pytest.raises(SiteError) as e:

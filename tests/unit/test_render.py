@@ -67,9 +67,13 @@ def test_manifest_lists_what_render_wrote_and_matches_the_roles_fallback(tmp_pat
     # The role's list for folders rendered before manifests existed names the same hosts.
     role = yaml.safe_load((ROOT / "ansible/roles/slurm_hetero/defaults/main.yml").read_text())
     fallback = {f["name"]: f["hosts"] for f in role["slurm_hetero_files_without_manifest"]}
-    assert fallback == {name: e["hosts"] for name, e in by_name.items()
-                        if name in fallback or name not in ("hetero-exporter.service",
-                                                            "hetero-node-exporter.service")}
+    assert fallback == {name: e["hosts"] for name, e in by_name.items()}
+    # Monitoring: each exporter's unit where it runs, the rest for the Prometheus server.
+    assert {name: e["hosts"] for name, e in by_name.items() if e["hosts"] == "prometheus"
+            or "exporter" in name} == {
+        "hetero-node-exporter.service": "compute", "hetero-exporter.service": "controller",
+        "hetero-scrape.yml": "prometheus", "hetero-rules.yml": "prometheus",
+        "hetero-node-targets.json": "prometheus", "hetero-cluster-targets.json": "prometheus"}
 
 
 def test_hostlists_are_folded() -> None:
