@@ -372,7 +372,13 @@ class BridgeDaemon:
             self.queue_due = t0 + self.queue_gap(cpu_seconds() - c0)
         queue = self.last_queue or []
         self.refresh_forecast()
-        caps = take_snapshot(self.site, self.runner, self.snapshot, queue, self.forecast)
+        caps: dict[str, PoolCapacity] | None = None
+        try:
+            caps = take_snapshot(self.site, self.runner, self.snapshot, queue, self.forecast)
+        except OSError as e:
+            # The state folder full or read-only: no heartbeat, so the bridge shortens no new
+            # job; the limits of running jobs are still kept below (they need no file).
+            self.log(f"snapshot not written: {type(e).__name__}: {e}")
         self.refresh_history()
         if self.keeper is not None:
             self.keeper.round(self.forecast)  # throttles itself (once a minute), never raises
@@ -381,6 +387,8 @@ class BridgeDaemon:
         jobs = self.jobs(queue)
         self.keep_limits(jobs)
         self.set_factors(jobs)
+        if caps is None:  # moves are planned on a capacity the snapshot was built from
+            return
         moved = self.move_pending(queue, caps)
         for m in moved:  # the devices those moves take are not free for a requeue
             if m.to_pool in caps:

@@ -342,12 +342,9 @@ class Cluster:
         if clock is not None:
             self._start_clock(clock)  # after munged and MariaDB: they stay on real time
         dbd_port = meta["dbd_port"]
-        # slurmdbd reaches MariaDB through its socket only: StorageHost=localhost makes the
-        # client library use a unix socket, MYSQL_UNIX_PORT says which.
-        self._start("slurmdbd", ["slurmdbd"], lambda: procs.port_open(dbd_port),
-                    env={"MYSQL_UNIX_PORT": str(self.db_socket)})
+        self.start_slurmdbd(dbd_port)
         limits = self._register_accounting(site)
-        self._start("slurmctld", ["slurmctld"], self._ctld_ready)
+        self.start_slurmctld()
         self._apply_qos_limits(limits)
         if bridge:
             every = bridge_every(clock)
@@ -465,9 +462,10 @@ class Cluster:
                                  "it\n" + self.explain())
         return user
 
-    def start_slurmd(self, node: str, rebooted: bool = False) -> None:
-        """One node's slurmd; `rebooted`: report a fresh boot (-b), as a resumed node must."""
-        self._spawn(["slurmd", *(["-b"] if rebooted else []), "-N", node])
+    def start_slurmd(self, node: str, rebooted: bool = False, env: dict[str, str] | None = None) -> None:
+        """One node's slurmd; `rebooted`: report a fresh boot (-b), as a resumed node must;
+        `env`: what to add to (or change in) its environment (a fault: a skewed clock)."""
+        self._spawn(["slurmd", *(["-b"] if rebooted else []), "-N", node], env=env)
 
     def start_exporters(self, site: Site, every: float = 1.0, tier_s: float = 10.0,
                         cluster_every: float = 60.0, sacct_every: float = 600.0) -> dict[str, int]:
@@ -751,14 +749,34 @@ class Cluster:
 
     def restart_slurmctld(self, timeout: float = 30.0) -> None:
         """Stop slurmctld and start it again: jobs come back from its saved state, partitions
-        from slurm.conf (a crash or an upgrade). Not on a replay clock (it would start off it)."""
-        if self.clock() is not None:
-            raise RuntimeFailure("restart_slurmctld: the cluster runs on a replay clock")
+        from slurm.conf (a crash or an upgrade). On a replay clock only while its holder runs
+        (the new slurmctld joins it, as the first did; without it, it would start off it)."""
         d = self.daemon("slurmctld")
         pid = self.pid(d)
         if d is not None and pid:
             procs.stop(pid, d.expect)
+        self.start_slurmctld(timeout)
+
+    def start_slurmctld(self, timeout: float = 30.0) -> None:
+        """slurmctld, until it answers a ping."""
+        self._check_clock("slurmctld")
         self._start("slurmctld", ["slurmctld"], self._ctld_ready, timeout=timeout)
+
+    def start_slurmdbd(self, port: int | None = None, timeout: float = 30.0) -> None:
+        """slurmdbd, until its port (cluster.json's, unless given) takes connections. It
+        reaches MariaDB through its socket only: StorageHost=localhost makes the client
+        library use a unix socket, MYSQL_UNIX_PORT says which."""
+        self._check_clock("slurmdbd")
+        dbd_port = port if port is not None else self.info().get("dbd_port", 0)
+        self._start("slurmdbd", ["slurmdbd"], lambda: procs.port_open(dbd_port), timeout=timeout,
+                    env={"MYSQL_UNIX_PORT": str(self.db_socket)})
+
+    def _check_clock(self, name: str) -> None:
+        """A daemon started on a replay cluster must join its clock: refuse while the holder
+        does not run (it would start a clock of its own)."""
+        if self.clock() is not None and not self.runner.extra_env:
+            raise RuntimeFailure(f"{name}: the cluster's replay clock is not running; "
+                                 "it cannot start on that clock")
 
     def _ctld_ready(self) -> bool:
         r = self.runner.run(ping_argv(), check=False, timeout=5)

@@ -311,11 +311,12 @@ def run_arm(factory: ClusterFactory, workdir: Path, site: Site, sel: Selection, 
             arm: Arm, speed: float, model: Path | None = None, say: Say | None = None,
             drain_hours: float | None = None, lead_s: float = 2.0, users: str = "root",
             save: Path | None = None, on_start: Callable[[float], None] | None = None,
-            drain_until: str = "ended") -> ArmResult:
+            drain_until: str = "ended", submitter: Callable[..., Submitter] = Submitter) -> ArmResult:
     """Replay `sel` (the window's jobs) on a fresh cluster; `model`: for bridge arms with a
     model. `save`: write the arm's result there as soon as it is known (JSON). `on_start`:
     called with t0 (the faked time of the window's start) before the first submission.
-    `drain_until`: "started" stops once every measured job has started (submit.DRAIN_UNTIL)."""
+    `drain_until`: "started" stops once every measured job has started (submit.DRAIN_UNTIL).
+    `submitter`: what submits and drains (a Submitter; the soak's rides out outages)."""
     if arm.model and model is None:
         raise InputError(f"arm {arm.name} needs a runtime model (--model)")
     if not sel.jobs:
@@ -356,7 +357,7 @@ def run_arm(factory: ClusterFactory, workdir: Path, site: Site, sel: Selection, 
         if on_start is not None:
             on_start(t0)
         show = (lambda p: say(progress_line(arm.name, window, p, len(sel.jobs)))) if say else None
-        sub = Submitter(runner, sel.jobs, clock, t0, req, script, cluster.workdir,
+        sub = submitter(runner, sel.jobs, clock, t0, req, script, cluster.workdir,
                         lead_s=lead_s, say=show, every_s=max(5.0, 120.0 / speed))
         t_replay = time.monotonic()
         sub.run()

@@ -301,3 +301,22 @@ def test_a_job_the_model_asks_tsafrirs_correction_for_is_extended_by_steps(tmp_p
     assert d.extend_limits(rows) == 3
     assert [(u[2], u[3]) for u in runner.updates] == [
         ("JobId=1", "TimeLimit=15"), ("JobId=2", "TimeLimit=20"), ("JobId=3", "TimeLimit=20")]
+
+
+def test_a_snapshot_that_cannot_be_written_costs_the_heartbeat_not_the_limits(tmp_path: Path) -> None:
+    """The state folder full or read-only (here: the snapshot's folder is a file, which no
+    root privilege writes through): the round logs it, and still extends a shortened job."""
+    from slurm_hetero.bridge.daemon import BridgeDaemon
+    from slurm_hetero.site import load_site
+
+    now = time.time()
+    site = load_site(Path(__file__).resolve().parents[2] / "site" / "demo" / "site.yaml")
+    runner = HostileRunner([{"job_id": 9, "job_state": "RUNNING", "time_limit": 10, "start_time": now - 590,
+                             "partition": "cpu", "admin_comment": json.dumps(
+                                 {"hetero": 1, "shortened": True, "user_limit_min": 60})}])
+    (tmp_path / "state").write_text("not a folder")
+    logs: list[str] = []
+    d = BridgeDaemon(site, runner, tmp_path / "state" / "snap.lua", every=0.0, log=logs.append)  # type: ignore[arg-type]
+    d.round()
+    assert [u[2:] for u in runner.updates] == [["JobId=9", "TimeLimit=20"]]
+    assert any(line.startswith("snapshot not written: NotADirectoryError") for line in logs), logs

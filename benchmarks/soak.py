@@ -1,0 +1,377 @@
+"""A day under faults (issue 36): replay a trace window on the dev cluster, accelerated, with
+the bridge, its runtime model and the users' online history on, while a seeded schedule of
+faults hits it; then the same window without faults (the baseline). Figures, faulted vs
+baseline: jobs lost (sbatch gave an id, accounting never heard of it: must be 0), jobs killed
+before their user's own limit (must be 0), accounting records missing an end or wrong
+(sacct against what slurmctld showed while the replay ran), waits and AVEbsld.
+
+    .venv/bin/python benchmarks/soak.py [--short] [--workload kth|alibaba] [--faults default|all|none|K1,K2]
+        [--seed 36] [--speed 50] [--hours 24] [--warmup-hours 1] [--drain-hours 6] [--start band|EPOCH]
+        [--users local|root] [--no-baseline] [--workdir DIR] [--json OUT]
+
+The faults (slurm_hetero/replay/faults.py says what each is, devcluster/faults.py how it is
+injected and undone): the bridge daemon SIGKILLed, and SIGSTOPped for an hour (trace) then
+continued; slurmctld restarted, and SIGKILLed then started 10 minutes later; slurmdbd stopped
+for an hour; one node's slurmd SIGKILLed for half an hour; StateSaveLocation (where the
+snapshot lives) read-only for half an hour; one node's clock 60-120 s behind for an hour.
+They come in a seeded order at seeded times spread over the window, never two at once.
+`--faults none` replays the baseline only. The day's window: the middle one of the KTH log's
+24-hour windows whose demand ÷ capacity (with the work already running) lies in [0.8, 1.5]
+and that have at least 80 submissions (about the log's mean per day), after its first tenth
+(859232281: 101 jobs of 22 users with the warm-up hour); the drain ends once every measured
+job has started, or after 6 trace hours.
+`--short` (tests/integration/test_soak.py runs it): a 2-hour window (61 jobs of 8 users,
+demand 1.08), no warm-up, three faults with seed 293 (the daemon stopped at +860 s for 15
+trace minutes, past its 150 s margin, while jobs submitted in its first minutes, the
+heartbeat still fresh, pass their shortened limits; slurmdbd down for 10 trace minutes;
+slurmctld restarted), no baseline unless asked (`--baseline`), about 3 real minutes.
+`--short --faults all` puts all eight faults, shorter, in those 2 hours.
+
+Exit 0 when every fault happened and nothing was lost, killed early, or booked wrong;
+1 otherwise (the figures say what). Needs root and the dev cluster's packages (`make deps`).
+Every fault in progress is undone when the soak stops or fails; one killed outright (SIGKILL)
+may leave StateSaveLocation bound read-only: `umount WORKDIR/faulted/state`.
+The day takes about 40 real minutes a run at x50 (two runs with the baseline).
+`--workload alibaba` replays the Alibaba GPU pods file on its site with the bridge but no
+model (that trace has no users and no limits), the busiest window of --hours.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from slurm_hetero.devcluster import procs
+from slurm_hetero.devcluster.faults import Injector, SoakCluster, bridge_margin_s
+from slurm_hetero.errors import InputError, RuntimeFailure
+from slurm_hetero.fileio import write_json_atomic
+from slurm_hetero.jobs.trace import KTH_SP2
+from slurm_hetero.replay import sacct
+from slurm_hetero.replay.clockmap import calibrate
+from slurm_hetero.replay.faults import (
+    BLOCKING,
+    DURATIONS,
+    KINDS,
+    SHORT_DURATIONS,
+    Fault,
+    Observer,
+    PatientSubmitter,
+    audit,
+    dbd_queue,
+    parse_kinds,
+    plan,
+)
+from slurm_hetero.replay.metrics import ALL
+from slurm_hetero.replay.run import ARMS, Arm, ArmResult, run_arm, train_model
+from slurm_hetero.replay.trace import read_trace, select_for
+from slurm_hetero.replay.window import Capacity, Selection, Window, busiest, in_band
+from slurm_hetero.site import Site, load_site
+
+ROOT = Path(__file__).resolve().parents[1]
+KTH_SITE = ROOT / "tests" / "data" / "replay" / "kth-site.yaml"
+ALIBABA_SITE = ROOT / "tests" / "data" / "replay" / "alibaba-site.yaml"
+PODS = ROOT.parent / "shared" / "traces" / "alibaba-gpu-2023-pods.csv"
+# --short's window of the KTH log: 61 jobs of 8 users submitted in 2 hours, demand 1.08 of
+# the machine (with the work already running), all ended within 2.9 trace hours in the log
+# (a short drain); and its seed, whose schedule stops the daemon at +860 s for 15 minutes,
+# while two jobs submitted meanwhile (heartbeat still fresh) pass their shortened limits.
+SHORT_START = 861282481
+SHORT_SEED = 293
+
+
+def pick_window(df: Any, site: Site, workload: str, start: str, hours: float, warmup: float) -> Window:
+    """`--start band` (KTH): the middle one of the windows whose demand ÷ capacity, with the
+    work already running, lies in [0.8, 1.5] (replay_kth's rule), with at least 20 submissions
+    (80 for a day's window), after the first tenth of the log; Alibaba: the busiest window.
+    Or epoch seconds."""
+    if start != "band":
+        if not start.isdigit():
+            raise InputError(f"--start {start!r}: give band or epoch seconds")
+        return Window(int(start), hours, warmup)
+    cap = Capacity.of(site)
+    if workload == "alibaba":
+        found = busiest(df, cap, hours, 1, carry_over=True)
+    else:
+        lo, hi = float(df["submit"].min()), float(df["submit"].max())
+        found = in_band(df, cap, hours, 1, (0.8, 1.5), min_jobs=80 if hours >= 24 else 20,
+                        not_before=lo + 0.1 * (hi - lo) + warmup * 3600, gap_s=warmup * 3600)
+    if not found:
+        raise InputError(f"no window of {hours:g} h fits the rule: give --start")
+    return Window(found[0][0], hours, warmup)
+
+
+def wait_dbd_caught_up(c: SoakCluster, timeout: float = 180.0) -> int | None:
+    """Until slurmctld holds nothing more for slurmdbd (sdiag's DBD agent queue is 0), for
+    `timeout` real seconds at most; returns the last size read."""
+    last: list[int | None] = [None]
+
+    def empty() -> bool:
+        r = c.runner.run(["sdiag"], check=False, timeout=20)
+        last[0] = dbd_queue(r.stdout) if r.returncode == 0 else None
+        return last[0] == 0
+
+    procs.wait_until(empty, timeout, 1.0)
+    return last[0]
+
+
+def summary(res: ArmResult, sub: PatientSubmitter, obs: Observer, records: dict[str, sacct.JobRecord],
+            dbd_left: int | None, real_s: float, margin_s: float) -> dict[str, Any]:
+    """The run's figures. `ran_past_own_limit`: jobs ended at their own limit more than the
+    daemon's margin late (within it is the daemon's usual latency: a round, K real s apart)."""
+    f = res.figures[ALL]
+    au = audit([s.job_id for s in sub.subs], records, obs.seen, obs.listed_last)
+    outs = res.outcomes
+    overrun = [(o.run or 0) - o.user_limit_s for o in outs
+               if o.at_limit and o.user_limit_s is not None and (o.run or 0) > o.user_limit_s + margin_s]
+    return {
+        "submitted": len(sub.subs), "submit_failed": len(res.submit_failed),
+        "unreleased": len(sub.unreleased),
+        "lost": len(au.lost), "records_missing_end": len(au.missing_end), "records_wrong": len(au.wrong),
+        "killed_early": sum(o.killed_early for o in outs), "killed_early_measured": f.killed_early,
+        "killed_at_limit": sum(o.at_limit for o in outs),
+        "ran_past_own_limit": len(overrun), "max_overrun_s": max(overrun, default=0.0),
+        "outlived_prediction": sum(1 for o in outs if o.predicted_s is not None and o.run is not None
+                                   and o.run > o.predicted_s and not o.at_limit),
+        "measured": f.jobs, "started": f.started, "unfinished": f.unfinished, "bad_states": f.bad_states,
+        "ave_bsld": f.ave_bsld, "wait_mean": f.wait_mean, "wait_p50": f.wait_p50, "wait_p90": f.wait_p90,
+        "utilisation": f.utilisation, "all_ended": res.all_ended,
+        "retries": dict(sub.retries), "observer_polls": obs.polls, "observer_failed_polls": obs.failed_polls,
+        "dbd_queue_at_end": dbd_left, "real_s": round(real_s, 1), "audit": au.to_json(),
+    }
+
+
+def one_run(name: str, base: Path, site: Site, sel: Selection, window: Window, arm: Arm, speed: float,
+            model: Path | None, faults: list[Fault], drain_hours: float, users: str,
+            say: Any) -> tuple[dict[str, Any], list[dict[str, Any]], ArmResult]:
+    """One replay of the window (with `faults`, or none): its summary, the faults' records
+    and the arm's result."""
+    made: list[SoakCluster] = []
+    subs: list[PatientSubmitter] = []
+    state: dict[str, Any] = {"obs": None, "inj": None, "dbd_left": None}
+    margin = bridge_margin_s(speed)
+    blocking = [f.for_s for f in faults if f.kind in BLOCKING]
+    retry_s = max(blocking, default=0.0) / speed + 90.0
+
+    def factory(workdir: Path) -> SoakCluster:
+        made.append(SoakCluster(workdir))
+        return made[-1]
+
+    def on_start(t0: float) -> None:
+        c = made[-1]
+        state["obs"] = Observer(c.runner)
+        state["obs"].start()
+        if faults:
+            state["inj"] = c.inject(faults, calibrate(c.runner, speed), t0, margin, say)
+
+    def before_drain() -> None:
+        inj: Injector | None = state["inj"]
+        if inj is not None:
+            inj.wait()
+
+    def after_drain() -> None:
+        # slurmctld's last listing first: every end it shows is queued for slurmdbd by then.
+        state["obs"].stop()
+        state["dbd_left"] = wait_dbd_caught_up(made[-1])
+
+    def submitter(*a: Any, **kw: Any) -> PatientSubmitter:
+        kw.update(retry_s=retry_s, before_drain=before_drain, after_drain=after_drain)
+        subs.append(PatientSubmitter(*a, **kw))
+        return subs[-1]
+
+    t = time.monotonic()
+    try:
+        res = run_arm(factory, base / name, site, sel, window, arm, speed, model, say=say,
+                      drain_hours=drain_hours, users=users, on_start=on_start, drain_until="started",
+                      submitter=submitter)
+    finally:
+        if state["obs"] is not None:
+            state["obs"].close()
+    real_s = time.monotonic() - t
+    records = sacct.by_job(sacct.parse_rows((made[-1].workdir / "sacct.psv").read_text()))
+    inj = state["inj"]
+    return (summary(res, subs[-1], state["obs"], records, state["dbd_left"], real_s, margin),
+            inj.records if inj is not None else [], res)
+
+
+def limits_due(res: ArmResult, records: list[dict[str, Any]]) -> None:
+    """Per bridge-stop and state-readonly fault (the daemon keeps no limits while either
+    lasts), the jobs whose predicted (shortened) limit came due meanwhile and that ran on past
+    it: what OverTimeLimit, not the daemon, kept alive. Added to each record's evidence."""
+    for r in records:
+        if r["kind"] not in ("bridge-stop", "state-readonly"):
+            continue
+        lo = res.t0 + r["started_trace_s"]
+        hi = res.t0 + r.get("undone_trace_s", r["started_trace_s"] + r["for_s"])
+        due = []
+        for o in res.outcomes:
+            if o.predicted_s is None or o.start is None or o.user_limit_s is None:
+                continue
+            first = max(60, math.ceil(o.predicted_s / 60) * 60)  # bridge.lua: p90 in whole minutes
+            at = o.start + first
+            if first < o.user_limit_s and lo <= at <= hi and (o.end is None or o.end > at):
+                due.append(o.job_id)
+        r["evidence"]["limits_due"] = len(due)
+        r["evidence"]["limits_due_jobs"] = due[:20]
+
+
+ROWS = (("submitted", "d"), ("lost", "d"), ("killed_early", "d"), ("records_missing_end", "d"),
+        ("records_wrong", "d"), ("submit_failed", "d"), ("unreleased", "d"), ("killed_at_limit", "d"),
+        ("ran_past_own_limit", "d"), ("outlived_prediction", "d"), ("measured", "d"), ("started", "d"),
+        ("unfinished", "d"), ("ave_bsld", ".2f"), ("wait_mean", ".0f"), ("wait_p50", ".0f"),
+        ("wait_p90", ".0f"), ("utilisation", ".3f"), ("real_s", ".0f"))
+
+
+def show(runs: dict[str, dict[str, Any]]) -> None:
+    names = list(runs)
+    print(f"  {'':22s}" + "".join(f"{n:>14s}" for n in names))
+    for key, spec in ROWS:
+        cells = []
+        for n in names:
+            v = runs[n].get(key)
+            cells.append(f"{'-':>14s}" if v is None or (isinstance(v, float) and math.isnan(v))
+                         else f"{format(v, spec):>14s}")
+        print(f"  {key:22s}" + "".join(cells))
+    for n in names:
+        r = runs[n]
+        examples = r["audit"]["examples"] if r["audit"]["wrong"] or r["audit"]["missing_end"] else "-"
+        print(f"  [{n}] retries {r['retries']}, bad states {r['bad_states']}, observer polls "
+              f"{r['observer_polls']} ({r['observer_failed_polls']} unanswered), DBD queue at the end "
+              f"{r['dbd_queue_at_end']}, audit examples {examples}")
+
+
+def broken(runs: dict[str, dict[str, Any]], records: list[dict[str, Any]]) -> list[str]:
+    """What fails the soak: a fault that did not happen (or was not undone), a job lost,
+    killed early, never submitted or released, a record missing or wrong."""
+    out = [f"fault {r['kind']} at {r['at_s']:.0f} s: not shown to have happened "
+           f"({r['problem'] or r['evidence']})" for r in records if not r["ok"]]
+    for name, r in runs.items():
+        for key in ("lost", "killed_early", "records_missing_end", "records_wrong", "submit_failed",
+                    "unreleased"):
+            if r[key]:
+                out.append(f"{name}: {key} = {r[key]}")
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    p.add_argument("--short", action="store_true",
+                   help="2 trace hours, three faults, no baseline (the test's)")
+    p.add_argument("--workload", choices=("kth", "alibaba"), default="kth")
+    p.add_argument("--faults", default="default",
+                   help=f"default, all, none (the baseline alone) or names: {', '.join(KINDS)}")
+    p.add_argument("--seed", type=int, default=None, help=f"the schedule's seed [36; --short {SHORT_SEED}]")
+    p.add_argument("--speed", type=float, default=50.0)
+    p.add_argument("--hours", type=float, default=None, help="trace hours measured [24; --short 2]")
+    p.add_argument("--warmup-hours", type=float, default=None, help="[1; --short, alibaba: 0]")
+    p.add_argument("--drain-hours", type=float, default=None,
+                   help="after the window, until every measured job started or this [6; --short 0.5]")
+    p.add_argument("--start", default=None, help="band (the rule) or epoch seconds [band; --short: "
+                   f"{SHORT_START}]")
+    p.add_argument("--users", choices=("root", "local"), default=None,
+                   help="who submits (replay_kth's --users) [local; --short, alibaba: root]")
+    p.add_argument("--baseline", action=argparse.BooleanOptionalAction, default=None,
+                   help="replay the window without faults too [on; --short off]")
+    p.add_argument("--trace", type=Path, default=None,
+                   help="[the KTH log the package ships, or the pods file]")
+    p.add_argument("--site", type=Path, default=None)
+    p.add_argument("--workdir", type=Path, default=None)
+    p.add_argument("--json", type=Path, default=None, help="write the figures, seed and schedule there")
+    p.add_argument("--quiet", action="store_true", help="no progress lines")
+    p.add_argument("--plan", action="store_true", help="print the window and the schedule, run nothing")
+    a = p.parse_args(argv)
+    short = a.short
+    hours = a.hours if a.hours is not None else (2.0 if short else 24.0)
+    alibaba = a.workload == "alibaba"
+    # Alibaba: the pods in the system at the window's start are carried over (no warm-up), and
+    # the trace has no users to stand in for.
+    warmup = a.warmup_hours if a.warmup_hours is not None else (0.0 if short or alibaba else 1.0)
+    drain = a.drain_hours if a.drain_hours is not None else (0.5 if short else 6.0)
+    users = a.users or ("root" if short or alibaba else "local")
+    seed = a.seed if a.seed is not None else (SHORT_SEED if short else 36)
+    baseline = a.baseline if a.baseline is not None else not short
+    trace = a.trace or (PODS if alibaba else KTH_SP2)
+    site_path = a.site or (ALIBABA_SITE if alibaba else KTH_SITE)
+    start = a.start or (str(SHORT_START) if short and not alibaba else "band")
+    try:
+        kinds = parse_kinds(a.faults, short)
+        if not trace.exists():
+            raise InputError(f"--trace {trace}: no such file")
+        site = load_site(site_path)
+        df = read_trace(trace)
+        window = pick_window(df, site, a.workload, start, hours, warmup)
+        sel = select_for(df, window, site)
+        schedule = plan(kinds, hours * 3600, seed, site.all_nodes, SHORT_DURATIONS if short else DURATIONS,
+                        gap_s=300.0 if short else 900.0)
+    except InputError as e:
+        print(e, file=sys.stderr)
+        return 2
+    say = (lambda line: print(line, flush=True)) if not a.quiet else (lambda line: None)
+    arm = ARMS["bridge-nomodel" if alibaba else "bridge"]
+    print(f"soak: {trace.name} window {window.start} ({hours:g} h + {warmup:g} h warm-up, "
+          f"drain <= {drain:g} h), {len(sel.jobs)} jobs, x{a.speed:g}, arm {arm.name}, users={users}, "
+          f"seed {seed}")
+    for f in schedule:
+        print(f"  fault {f.kind:18s} at +{f.at_s:7.0f} s for {f.for_s:5.0f} s"
+              + (f" on {f.node}" if f.node else "") + (f" skew {f.skew_s:+d} s" if f.skew_s else ""))
+    if a.plan:
+        return 0
+    base = a.workdir or Path(tempfile.mkdtemp(prefix="soak-", dir="/var/tmp"))
+    base.mkdir(parents=True, exist_ok=True)
+    os.chmod(base, 0o755)  # --users local: jobs of other users run in here
+    model = train_model(df, window, base / "predict.lua", users=users) if arm.model else None
+    runs: dict[str, dict[str, Any]] = {}
+    results: dict[str, ArmResult] = {}
+    records: list[dict[str, Any]] = []
+    doc: dict[str, Any] = {
+        "command": " ".join([sys.executable, *sys.argv] if argv is None else ["benchmarks/soak.py", *argv]),
+        "trace": trace.name, "site": str(site_path), "workload": a.workload,
+        "window": {"start": window.start, "hours": hours, "warmup_hours": warmup, "drain_hours": drain},
+        "jobs": len(sel.jobs), "speed": a.speed, "seed": seed, "short": short, "users": users,
+        "arm": arm.name,
+        "faults": {"kinds": kinds, "schedule": [f.to_json() for f in schedule], "records": records},
+    }
+    order = [("faulted", schedule)] if schedule else []
+    if baseline or not schedule:
+        order.append(("baseline", []))
+    try:
+        for name, faults in order:
+            t = time.monotonic()
+            summ, recs, res = one_run(name, base, site, sel, window, arm, a.speed, model, faults, drain,
+                                      users, say if not a.quiet else None)
+            runs[name], results[name] = summ, res
+            limits_due(res, recs)
+            records += recs
+            print(f"{name}: {time.monotonic() - t:.0f} s real", flush=True)
+            doc["runs"] = {k: {**v, "arm_result": results[k].to_json()} for k, v in runs.items()}
+            if a.json:
+                write_json_atomic(str(a.json), doc, indent=1)
+    except RuntimeFailure as e:
+        print(f"soak: {e}", file=sys.stderr)
+        return 1
+    print(f"soak of {trace.name} window {window.start}, seed {seed}:")
+    for r in records:
+        print(f"  {r['kind']:18s} at +{r['started_trace_s']:7.0f} s: {'ok' if r['ok'] else 'NOT OK'} "
+              f"{r['evidence']}" + (f" problem: {r['problem']}" if r["problem"] else ""))
+    show(runs)
+    if "faulted" in runs and "baseline" in runs:
+        fa, ba = runs["faulted"], runs["baseline"]
+        for key in ("ave_bsld", "wait_mean"):
+            if fa[key] is not None and ba[key]:
+                print(f"  {key} faulted / baseline: {fa[key] / ba[key]:.2f}")
+    bad = broken(runs, records)
+    doc["broken"] = bad
+    if a.json:
+        write_json_atomic(str(a.json), doc, indent=1)
+    for line in bad:
+        print(f"BROKEN: {line}")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

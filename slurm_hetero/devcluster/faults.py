@@ -1,0 +1,492 @@
+"""Injecting a soak's faults (`replay/faults.py`) into a replay's dev cluster, each at its
+trace time, each undone when it is over, each with the evidence that it happened.
+
+How each is done and undone (only this cluster's processes, found by its pid files, each
+checked against its command line before a signal):
+- bridge-kill: SIGKILL to the daemon; its supervisor starts a new one (a new pid).
+- bridge-stop: SIGSTOP to the daemon (its /proc state reads `T`), SIGCONT when it is over;
+  the snapshot (its heartbeat) goes stale meanwhile and is fresh again after.
+- slurmctld-restart: SIGTERM, then a new slurmctld (a new pid) on the cluster's clock.
+- slurmctld-kill: SIGKILL; a new slurmctld when it is over.
+- slurmdbd-stop: SIGTERM (its port closes); a new slurmdbd when it is over. slurmctld keeps
+  what accounting must hear meanwhile (sdiag's DBD agent queue) and sends it then.
+- slurmd-kill: SIGKILL to one node's slurmd (its jobs' slurmstepds run on); a new slurmd when
+  it is over, and the node answers slurmctld again.
+- state-readonly: StateSaveLocation (where the snapshot and slurmctld's state live) bound
+  onto itself read-only (`mount --bind`, `mount -o remount,ro,bind`: writes fail with
+  EROFS), then unmounted. Needs root (CAP_SYS_ADMIN); no systemd involved.
+- clock-skew: one node's slurmd restarted with its own FAKETIME offset on the shared
+  libfaketime clock (same speed, `skew_s` apart: slurmctld records the node's SlurmdStartTime
+  that far off), then restarted on the cluster's clock.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import errno
+import os
+import re
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from slurm_hetero.devcluster import procs
+from slurm_hetero.devcluster.clock import ClockSpec
+from slurm_hetero.devcluster.cluster import Cluster, bridge_every
+from slurm_hetero.devcluster.replay import DevReplayCluster
+from slurm_hetero.errors import RuntimeFailure
+from slurm_hetero.replay.clockmap import ClockMap
+from slurm_hetero.replay.faults import Fault, dbd_queue
+from slurm_hetero.slurm.parse import parse_kv_record
+from slurm_hetero.slurm.runner import Runner
+
+Say = Callable[[str], None]
+Undo = Callable[[], None]
+_FAKETIME = re.compile(r"^([+-]\d+) x(\S+)$")
+
+
+def proc_state(pid: int | None) -> str:
+    """The one-letter state in /proc/PID/stat (`T`: stopped), "" when gone."""
+    if not pid:
+        return ""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return ""
+
+
+def environ(pid: int | None) -> dict[str, str]:
+    """A process's environment (empty when gone or unreadable)."""
+    if not pid:
+        return {}
+    try:
+        raw = Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return {}
+    pairs = (item.decode(errors="replace").partition("=") for item in raw.split(b"\0") if item)
+    return {k: v for k, _, v in pairs}
+
+
+def skewed_faketime(faketime: str, skew_s: int) -> str:
+    """The FAKETIME of a process `skew_s` seconds off the holder's clock, at its speed.
+
+    >>> skewed_faketime("+0 x50", -90), skewed_faketime("-60 x2.5", 30)
+    ('-90 x50', '-30 x2.5')
+    """
+    m = _FAKETIME.match(faketime.strip())
+    if m is None:
+        raise RuntimeFailure(f"clock-skew: cannot read the cluster's FAKETIME {faketime!r}")
+    return f"{int(m.group(1)) + skew_s:+d} x{m.group(2)}"
+
+
+def _mount(*argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["mount", *argv], capture_output=True, text=True, check=False, timeout=30)
+
+
+def read_only(folder: Path) -> None:
+    """Bind `folder` onto itself read-only (undo: `writable`)."""
+    r = _mount("--bind", str(folder), str(folder))
+    if r.returncode != 0:
+        raise RuntimeFailure(f"mount --bind {folder}: {r.stderr.strip() or r.returncode} (needs root)")
+    r = _mount("-o", "remount,ro,bind", str(folder))
+    if r.returncode != 0:
+        writable(folder)
+        raise RuntimeFailure(f"mount -o remount,ro,bind {folder}: {r.stderr.strip() or r.returncode}")
+
+
+def writable(folder: Path) -> None:
+    """Take `read_only`'s bind mount away (lazily when something holds it open)."""
+    r = subprocess.run(["umount", str(folder)], capture_output=True, text=True, check=False, timeout=30)
+    if r.returncode != 0:
+        r = subprocess.run(["umount", "-l", str(folder)], capture_output=True, text=True, check=False,
+                           timeout=30)
+        if r.returncode != 0:
+            raise RuntimeFailure(f"umount {folder}: {r.stderr.strip() or r.returncode}")
+
+
+def write_error(folder: Path) -> str:
+    """Try to create a file in `folder`: "" when it could (removed again), else the errno's name."""
+    probe = folder / f".soak-probe-{os.getpid()}"
+    try:
+        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except OSError as e:
+        return errno.errorcode.get(e.errno or 0, str(e.errno))
+    os.close(fd)
+    probe.unlink(missing_ok=True)
+    return ""
+
+
+def mounted(folder: Path) -> bool:
+    """Is `folder` a mount point (our read-only bind still there)?"""
+    target = str(folder.absolute())
+    try:
+        lines = Path("/proc/self/mountinfo").read_text().splitlines()
+    except OSError:
+        return False
+    return any(ln.split()[4] == target for ln in lines if len(ln.split()) > 4)
+
+
+class Injector:
+    """Applies `faults` to `cluster` at their trace times (a thread, from `start`), undoing each
+    when it is over. `records` says, per fault, when it came, what was seen, and whether the
+    evidence holds (`ok`). `abort` stops it and undoes a fault in progress; `wait` returns once
+    every fault is done (or `abort`)."""
+
+    def __init__(self, cluster: Cluster, faults: list[Fault], clock: ClockMap, t0: float,
+                 margin_s: float, say: Say | None = None) -> None:
+        self.c, self.faults, self.clock, self.t0 = cluster, faults, clock, t0
+        self.margin_s = margin_s
+        self.say = say or (lambda _: None)
+        self.records: list[dict[str, Any]] = []
+        self._stop = threading.Event()
+        self._undo: Undo | None = None
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._run, name="soak-faults", daemon=True)
+        spec = cluster.clock()
+        self.speed = spec.speed if spec else 1.0
+
+    # ---- running the schedule ----------------------------------------------------------
+    def start(self) -> None:
+        self._thread.start()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        self._thread.join(timeout)
+        return not self._thread.is_alive()
+
+    def abort(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=120)
+        with self._lock:
+            undo, self._undo = self._undo, None
+        if undo is not None:
+            undo()
+
+    def trace_now(self) -> float:
+        return round(self.clock.now() - self.t0, 1)
+
+    def _sleep_until(self, trace_s: float) -> bool:
+        """Wait until the window's trace second `trace_s`; False once aborted."""
+        while not self._stop.is_set():
+            left = self.clock.real(self.t0 + trace_s) - time.time()
+            if left <= 0:
+                return True
+            self._stop.wait(min(left, 1.0))
+        return False
+
+    def _run(self) -> None:
+        for f in self.faults:
+            if not self._sleep_until(f.at_s):
+                return
+            rec: dict[str, Any] = {**f.to_json(), "started_trace_s": self.trace_now(), "ok": False,
+                                   "evidence": {}, "problem": None}
+            self.records.append(rec)
+            where = f" on {f.node}" if f.node else ""
+            self.say(f"fault {f.kind}{where} at trace +{rec['started_trace_s']:.0f} s"
+                     + (f" for {f.for_s:.0f} s" if f.for_s else ""))
+            try:
+                undo = getattr(self, "_" + f.kind.replace("-", "_"))(f, rec["evidence"])
+                with self._lock:
+                    self._undo = undo
+                if undo is not None:
+                    if not self._sleep_until(f.until_s):
+                        return  # abort undoes it
+                    with self._lock:
+                        self._undo = None
+                    rec["undone_trace_s"] = self.trace_now()
+                    undo()
+                rec["ok"] = self._holds(f, rec["evidence"])
+            except Exception as e:  # one fault that cannot be done costs itself, not the soak
+                rec["problem"] = f"{type(e).__name__}: {e}"
+                with self._lock:
+                    undo, self._undo = self._undo, None
+                if undo is not None:
+                    with contextlib.suppress(Exception):
+                        undo()
+            self.say(f"fault {f.kind} done: {'ok' if rec['ok'] else 'NOT ok'} {rec['evidence']}"
+                     + (f" ({rec['problem']})" if rec["problem"] else ""))
+
+    def _holds(self, f: Fault, ev: dict[str, Any]) -> bool:
+        """Did it happen, and is it over? (what the test and the JSON report rely on)"""
+        if f.kind != "bridge-stop" and f.kind != "state-readonly" and ev.get("on_clock") is not True:
+            return False  # a daemon started again off the cluster's clock
+        if f.kind == "bridge-kill":
+            return bool(ev.get("pid_after")) and ev["pid_after"] != ev.get("pid_before")
+        if f.kind == "bridge-stop":
+            return (ev.get("state_stopped") == "T" and ev.get("state_before_cont") == "T"
+                    and ev.get("state_after") not in ("T", "") and ev.get("pid_after") == ev.get("pid_before")
+                    and ev.get("heartbeat_back_real_s") is not None)
+        if f.kind in ("slurmctld-restart", "slurmctld-kill", "slurmdbd-stop"):
+            ok = bool(ev.get("pid_after")) and ev["pid_after"] != ev.get("pid_before")
+            return ok and (f.kind != "slurmdbd-stop" or ev.get("port_closed") is True)
+        if f.kind == "slurmd-kill":
+            return (bool(ev.get("pid_after")) and ev["pid_after"] != ev.get("pid_before")
+                    and ev.get("node_back") is True)
+        if f.kind == "state-readonly":
+            return (ev.get("write_error") == "EROFS" and ev.get("write_error_after") == ""
+                    and ev.get("still_mounted") is False
+                    and ev.get("heartbeat_back_real_s") is not None)
+        if f.kind == "clock-skew":
+            skewed, plain = ev.get("node_clock_offset_s"), ev.get("node_clock_offset_after_s")
+            return (ev.get("skewed_env") is True and isinstance(skewed, int | float)
+                    and isinstance(plain, int | float) and plain - skewed >= abs(f.skew_s) / 2)
+        return False
+
+    # ---- helpers -----------------------------------------------------------------------
+    def _pid(self, name: str) -> int | None:
+        return self.c.pid(self.c.daemon(name))
+
+    def _on_clock(self, pid: int | None, faketime: str | None = None) -> bool:
+        """Does `pid` read the cluster's shared clock (its FAKETIME_SHARED, and the cluster's
+        FAKETIME or the one given)? A daemon started again must, or its times jump."""
+        env, want = environ(pid), self.c.runner.extra_env
+        if not want:
+            return True  # a cluster on real time
+        return (env.get("FAKETIME_SHARED") == want.get("FAKETIME_SHARED")
+                and env.get("FAKETIME") == (faketime or want.get("FAKETIME")))
+
+    def _new_pid(self, name: str, old: int | None, timeout: float = 60.0) -> int | None:
+        found: list[int] = []
+
+        def new() -> bool:
+            pid = self._pid(name)
+            if pid and pid != old:
+                found.append(pid)
+                return True
+            return False
+
+        procs.wait_until(new, timeout, 0.2)
+        return found[-1] if found else None
+
+    def _signal(self, name: str, sig: signal.Signals) -> int:
+        d = self.c.daemon(name)
+        pid = self.c.pid(d)
+        if d is None or not pid:
+            raise RuntimeFailure(f"{name} is not running")
+        os.kill(pid, sig)
+        return pid
+
+    def _gone(self, pid: int, timeout: float = 30.0) -> bool:
+        return procs.wait_until(lambda: not procs.alive(pid), timeout, 0.1)
+
+    @property
+    def snapshot(self) -> Path:
+        return self.c.state / "hetero-snapshot.lua"
+
+    def _snapshot_age_trace_s(self) -> float | None:
+        """How long ago (trace seconds) the snapshot was last written (mtime is real time)."""
+        try:
+            return round((time.time() - self.snapshot.stat().st_mtime) * self.speed, 1)
+        except OSError:
+            return None
+
+    def _heartbeat_back(self, since: float, timeout: float = 60.0) -> float | None:
+        """Real seconds from `since` (time.time()) until the snapshot is written again."""
+        def fresh() -> bool:
+            try:
+                return self.snapshot.stat().st_mtime > since
+            except OSError:
+                return False
+
+        return round(time.time() - since, 1) if procs.wait_until(fresh, timeout, 0.2) else None
+
+    def _runner(self) -> Runner:
+        env = {**self.c.runner.extra_env, "SLURM_TIME_FORMAT": "%s"}
+        return dataclasses.replace(self.c.runner, extra_env=env)
+
+    def _node(self, node: str) -> dict[str, str]:
+        r = self._runner().run(["scontrol", "show", "node", node], check=False, timeout=20)
+        return parse_kv_record(r.stdout) if r.returncode == 0 else {}
+
+    def _node_state(self, node: str) -> str:
+        r = self.c.runner.run(["sinfo", "-h", "-N", "-n", node, "-o", "%T"], check=False, timeout=20)
+        return r.stdout.split()[0] if r.returncode == 0 and r.stdout.split() else ""
+
+    def _slurmd_started(self, node: str, before: str, timeout: float = 60.0) -> int | None:
+        """The node's SlurmdStartTime (epoch, the node's own clock) once it differs from
+        `before`: the restarted slurmd registered."""
+        got: list[int] = []
+
+        def changed() -> bool:
+            v = self._node(node).get("SlurmdStartTime", "")
+            if v and v != before and v.isdigit():
+                got.append(int(v))
+                return True
+            return False
+
+        procs.wait_until(changed, timeout, 0.3)
+        return got[-1] if got else None
+
+    # ---- the faults: each returns its undo (None: nothing to undo) ---------------------
+    def _bridge_kill(self, f: Fault, ev: dict[str, Any]) -> Undo | None:
+        t = time.monotonic()
+        ev["pid_before"] = self._signal("bridge", signal.SIGKILL)
+        ev["pid_after"] = self._new_pid("bridge", ev["pid_before"])
+        ev["restarted_real_s"] = round(time.monotonic() - t, 1)
+        ev["on_clock"] = self._on_clock(ev["pid_after"])
+        return None
+
+    def _bridge_stop(self, f: Fault, ev: dict[str, Any]) -> Undo | None:
+        pid = self._signal("bridge", signal.SIGSTOP)
+        ev["pid_before"], ev["margin_s"] = pid, self.margin_s
+        procs.wait_until(lambda: proc_state(pid) == "T", 10, 0.05)
+        ev["state_stopped"] = proc_state(pid)
+
+        def undo() -> None:
+            ev["state_before_cont"] = proc_state(pid)
+            ev["snapshot_age_s"] = self._snapshot_age_trace_s()
+            ev["past_margin"] = (ev["snapshot_age_s"] or 0) > self.margin_s
+            since = time.time()
+            os.kill(pid, signal.SIGCONT)
+            procs.wait_until(lambda: proc_state(pid) not in ("T", "t"), 10, 0.05)
+            ev["state_after"] = proc_state(pid)
+            ev["heartbeat_back_real_s"] = self._heartbeat_back(since)
+            ev["pid_after"] = self._pid("bridge")
+
+        return undo
+
+    def _slurmctld_restart(self, f: Fault, ev: dict[str, Any]) -> Undo | None:
+        ev["pid_before"] = self._pid("slurmctld")
+        t = time.monotonic()
+        self.c.restart_slurmctld(timeout=60)
+        ev["down_real_s"] = round(time.monotonic() - t, 1)
+        ev["pid_after"] = self._pid("slurmctld")
+        ev["on_clock"] = self._on_clock(ev["pid_after"])
+        return None
+
+    def _slurmctld_kill(self, f: Fault, ev: dict[str, Any]) -> Undo | None:
+        pid = self._signal("slurmctld", signal.SIGKILL)
+        ev["pid_before"], ev["gone"] = pid, self._gone(pid)
+
+        def undo() -> None:
+            self.c.start_slurmctld(timeout=60)
+            ev["pid_after"] = self._pid("slurmctld")
+            ev["on_clock"] = self._on_clock(ev["pid_after"])
+
+        return undo
+
+    def _slurmdbd_stop(self, f: Fault, ev: dict[str, Any]) -> Undo | None:
+        d = self.c.daemon("slurmdbd")
+        pid = self.c.pid(d)
+        if d is None or not pid:
+            raise RuntimeFailure("slurmdbd is not running")
+        procs.stop(pid, d.expect)
+        port = self.c.info().get("dbd_port", 0)
+        ev["pid_before"], ev["port_closed"] = pid, not procs.port_open(port)
+
+        def undo() -> None:
+            r = self.c.runner.run(["sdiag"], check=False, timeout=20)
+            ev["dbd_queue_before_return"] = dbd_queue(r.stdout) if r.returncode == 0 else None
+            self.c.start_slurmdbd(timeout=60)
+            ev["pid_after"] = self._pid("slurmdbd")
+            ev["on_clock"] = self._on_clock(ev["pid_after"])
+
+        return undo
+
+    def _slurmd_kill(self, f: Fault, ev: dict[str, Any]) -> Undo | None:
+        name = f"slurmd {f.node}"
+        pid = self._signal(name, signal.SIGKILL)
+        ev["pid_before"], ev["gone"] = pid, self._gone(pid)
+
+        def undo() -> None:
+            ev["node_state_while_down"] = self._node_state(f.node)
+            self.c.start_slurmd(f.node)
+            ev["pid_after"] = self._new_pid(name, pid)
+            ev["on_clock"] = self._on_clock(ev["pid_after"])
+
+            def back() -> bool:
+                s = self._node_state(f.node)
+                return bool(s) and not s.endswith("*") and not s.startswith(("down", "drain", "fail"))
+
+            ev["node_back"] = procs.wait_until(back, 60, 0.5)
+            ev["node_state_after"] = self._node_state(f.node)
+
+        return undo
+
+    def _state_readonly(self, f: Fault, ev: dict[str, Any]) -> Undo | None:
+        folder = self.c.state
+        read_only(folder)
+        ev["folder"] = str(folder)
+        ev["write_error"] = write_error(folder)
+
+        def undo() -> None:
+            ev["snapshot_age_s"] = self._snapshot_age_trace_s()
+            since = time.time()
+            writable(folder)
+            ev["write_error_after"] = write_error(folder)
+            ev["still_mounted"] = mounted(folder)
+            ev["heartbeat_back_real_s"] = self._heartbeat_back(since)
+
+        return undo
+
+    def _clock_skew(self, f: Fault, ev: dict[str, Any]) -> Undo | None:
+        name = f"slurmd {f.node}"
+        d = self.c.daemon(name)
+        pid = self.c.pid(d)
+        if d is None or not pid:
+            raise RuntimeFailure(f"{name} is not running")
+        faketime = self.c.runner.extra_env.get("FAKETIME", "")
+        env = {"FAKETIME": skewed_faketime(faketime, f.skew_s)}
+        before = self._node(f.node).get("SlurmdStartTime", "")
+        procs.stop(pid, d.expect)
+        now = self.clock.now()
+        self.c.start_slurmd(f.node, env=env)
+        started = self._slurmd_started(f.node, before)
+        ev["faketime"] = env["FAKETIME"]
+        ev["pid_before"], ev["pid_skewed"] = pid, self._pid(name)
+        ev["skewed_env"] = self._on_clock(ev["pid_skewed"], env["FAKETIME"])
+        # The node's clock at its slurmd's start, less the cluster's just before it: the skew
+        # (plus the start's own latency, a few trace seconds).
+        ev["node_clock_offset_s"] = None if started is None else round(started - now, 1)
+
+        def undo() -> None:
+            skewed = self._pid(name)
+            if skewed:
+                procs.stop(skewed, d.expect)
+            again = self._node(f.node).get("SlurmdStartTime", "")
+            now2 = self.clock.now()
+            self.c.start_slurmd(f.node)
+            started2 = self._slurmd_started(f.node, again)
+            ev["node_clock_offset_after_s"] = None if started2 is None else round(started2 - now2, 1)
+            ev["pid_after"] = self._pid(name)
+            ev["on_clock"] = self._on_clock(ev["pid_after"])
+
+        return undo
+
+
+class SoakCluster(DevReplayCluster):
+    """The dev cluster as replay's cluster, with a soak's injector: `down` first stops the
+    injector and undoes a fault in progress (a stopped daemon continued, a mount taken away),
+    then stops the cluster."""
+
+    def __init__(self, workdir: Path, timeout: float = 180.0) -> None:
+        super().__init__(workdir, timeout)
+        self.injector: Injector | None = None
+
+    def inject(self, faults: list[Fault], clock: ClockMap, t0: float, margin_s: float,
+               say: Say | None = None) -> Injector:
+        self.injector = Injector(self.cluster, faults, clock, t0, margin_s, say)
+        self.injector.start()
+        return self.injector
+
+    def down(self) -> None:
+        if self.injector is not None:
+            self.injector.abort()
+        if mounted(self.cluster.state):  # never leave a read-only bind behind
+            with contextlib.suppress(RuntimeFailure):
+                writable(self.cluster.state)
+        super().down()
+
+
+def bridge_margin_s(speed: float) -> float:
+    """The margin a replay's bridge daemon runs with (`Cluster.up`: three rounds, 120 s at
+    least), in trace seconds.
+
+    >>> bridge_margin_s(50), bridge_margin_s(20)
+    (150.0, 120.0)
+    """
+    return max(120.0, 3 * bridge_every(ClockSpec(speed)))

@@ -1,0 +1,459 @@
+"""A replay under faults (the soak, `benchmarks/soak.py`): the seeded fault schedule, a
+submitter that rides out outages as users do, what slurmctld showed while it ran, and the
+audit of accounting against it. Injecting the faults needs the cluster's processes:
+`devcluster/faults.py`.
+
+Times of the schedule are trace seconds after the window's start (the cluster's clock reads
+`t0 + at_s` then). Each fault lasts `for_s` trace seconds (0: a single blow, such as a kill
+its supervisor answers), and no two overlap: one fault's harm is over before the next.
+
+The audit compares three records of the same jobs: what the replay submitted (job ids
+sbatch printed), what slurmctld listed while the replay ran (`squeue` every couple of real
+seconds: states, start and end times, nodes), and what accounting (sacct, read once
+slurmdbd has caught up) says. A job is *lost* when sbatch gave it an id and accounting
+never heard of it; a record is *missing* its end when slurmctld showed the job ended (or no
+longer lists it) and accounting still has it pending or running; *wrong* when a final
+state, a start or end time or the node list differs from what slurmctld showed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+import re
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from slurm_hetero.errors import InputError, RuntimeFailure
+from slurm_hetero.replay.sacct import NOT_ENDED, JobRecord
+from slurm_hetero.replay.submit import Submission, Submitter, parse_job_id
+from slurm_hetero.replay.window import ReplayJob
+from slurm_hetero.slurm.commands import release_argv
+from slurm_hetero.slurm.runner import Runner
+
+# What each fault does (devcluster/faults.py injects and undoes it).
+KINDS: dict[str, str] = {
+    "bridge-kill": "the bridge daemon SIGKILLed (its supervisor starts it again)",
+    "bridge-stop": "the bridge daemon SIGSTOPped, then SIGCONT",
+    "slurmctld-restart": "slurmctld stopped (SIGTERM) and started again",
+    "slurmctld-kill": "slurmctld SIGKILLed, started again later",
+    "slurmdbd-stop": "slurmdbd stopped (SIGTERM), started again later",
+    "slurmd-kill": "one node's slurmd SIGKILLed, started again later (the node returns)",
+    "state-readonly": "StateSaveLocation (the snapshot's folder) read-only (a bind mount), then writable",
+    "clock-skew": "one node's slurmd restarted with its clock behind the cluster's, later restarted on it",
+}
+# How long each lasts (trace seconds): a day's soak, and the short one (2 trace hours).
+DURATIONS: dict[str, float] = {
+    "bridge-kill": 0, "bridge-stop": 3600, "slurmctld-restart": 0, "slurmctld-kill": 600,
+    "slurmdbd-stop": 3600, "slurmd-kill": 1800, "state-readonly": 1800, "clock-skew": 3600,
+}
+SHORT_DURATIONS: dict[str, float] = {
+    "bridge-kill": 0, "bridge-stop": 900, "slurmctld-restart": 0, "slurmctld-kill": 300,
+    "slurmdbd-stop": 600, "slurmd-kill": 600, "state-readonly": 600, "clock-skew": 900,
+}
+SHORT_KINDS = ("bridge-stop", "slurmctld-restart", "slurmdbd-stop")
+# Faults that stop submissions (sbatch fails while they last): the submitter waits them out.
+BLOCKING = ("slurmctld-kill", "state-readonly")
+# A node's clock is put behind the cluster's by this much (trace seconds; the seed picks):
+# not ahead, where a launch credential (valid 120 s from slurmctld's clock) would meet a
+# node that reads it as expired once real latency times the replay's speed eats the rest.
+SKEW_RANGE_S = (60, 120)
+
+
+@dataclass(frozen=True)
+class Fault:
+    kind: str
+    at_s: float  # trace seconds after the window's start
+    for_s: float = 0.0  # how long it lasts (trace seconds)
+    node: str = ""  # slurmd-kill and clock-skew: whose slurmd
+    skew_s: int = 0  # clock-skew: the node's clock minus the cluster's (trace seconds)
+
+    @property
+    def until_s(self) -> float:
+        return self.at_s + self.for_s
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def parse_kinds(text: str, short: bool = False) -> list[str]:
+    """`--faults`: `all`, `none`, `default` (all; the short soak's three with --short), or
+    names separated by commas.
+
+    >>> parse_kinds("bridge-stop, slurmctld-restart")
+    ['bridge-stop', 'slurmctld-restart']
+    >>> parse_kinds("default", short=True)
+    ['bridge-stop', 'slurmctld-restart', 'slurmdbd-stop']
+    >>> parse_kinds("none"), len(parse_kinds("all"))
+    ([], 8)
+    """
+    t = text.strip()
+    if t == "none":
+        return []
+    if t == "all" or (t == "default" and not short):
+        return list(KINDS)
+    if t == "default":
+        return list(SHORT_KINDS)
+    names = [n.strip() for n in t.split(",") if n.strip()]
+    bad = [n for n in names if n not in KINDS]
+    if bad or not names or len(set(names)) != len(names):
+        raise InputError(f"--faults {text!r}: give all, none, default or distinct names from "
+                         f"{', '.join(KINDS)} (comma-separated)")
+    return names
+
+
+def plan(kinds: Sequence[str], span_s: float, seed: int, nodes: Sequence[str],
+         durations: Mapping[str, float] | None = None, gap_s: float = 900.0,
+         edge: float = 0.05) -> list[Fault]:
+    """The seeded schedule: `kinds` in a seeded order, each lasting its duration, spread
+    over [edge, 1 - edge] of the window's `span_s` trace seconds with seeded gaps of at
+    least `gap_s` between one's end and the next's start (time to recover). The node of a
+    slurmd fault and the skew are seeded too. Same arguments, same schedule.
+
+    >>> fs = plan(["bridge-stop", "slurmctld-restart", "slurmdbd-stop"], 7200, 36, ["n1", "n2"],
+    ...           SHORT_DURATIONS, gap_s=300)
+    >>> [f.kind for f in fs] == sorted(["bridge-stop", "slurmctld-restart", "slurmdbd-stop"],
+    ...                                key=[f.kind for f in fs].index)
+    True
+    >>> fs == plan(["bridge-stop", "slurmctld-restart", "slurmdbd-stop"], 7200, 36, ["n1", "n2"],
+    ...            SHORT_DURATIONS, gap_s=300)
+    True
+    >>> all(b.at_s >= a.until_s + 300 for a, b in zip(fs, fs[1:])), 360 <= fs[0].at_s, fs[-1].until_s <= 6840
+    (True, True, True)
+    >>> plan(["bridge-stop"], 600, 1, ["n1"])  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    slurm_hetero.errors.InputError: the faults (3600 trace s, and 900 s between two) do not fit in 540 ...
+    """
+    durations = durations or DURATIONS
+    rng = random.Random(seed)
+    order = list(kinds)
+    rng.shuffle(order)
+    lo, hi = edge * span_s, (1.0 - edge) * span_s
+    busy = sum(float(durations[k]) for k in order) + gap_s * max(0, len(order) - 1)
+    free = hi - lo - busy
+    if free < 0:
+        lasting = busy - gap_s * max(0, len(order) - 1)
+        raise InputError(f"the faults ({lasting:.0f} trace s, and {gap_s:.0f} s "
+                         f"between two) do not fit in {hi - lo:.0f} trace s of the window: fewer faults "
+                         "(--faults) or a longer window (--hours)")
+    cuts = sorted(rng.uniform(0.0, free) for _ in order)
+    out, t = [], lo
+    prev_cut = 0.0
+    for kind, cut in zip(order, cuts, strict=True):
+        t += cut - prev_cut
+        prev_cut = cut
+        node = rng.choice(list(nodes)) if kind in ("slurmd-kill", "clock-skew") and nodes else ""
+        skew = -rng.randint(*SKEW_RANGE_S) if kind == "clock-skew" else 0
+        f = Fault(kind, round(t, 1), float(durations[kind]), node, skew)
+        out.append(f)
+        t = f.until_s + gap_s
+    return out
+
+
+# ---- submitting through outages --------------------------------------------------------
+# What sbatch, scontrol and squeue print while slurmctld is down or cannot write its state:
+# worth trying again. Anything else (a bad option, an unknown account) is not.
+TRANSIENT = ("unable to contact slurm controller", "socket timed out", "zero bytes were transmitted",
+             "connection refused", "i/o error writing", "temporarily unable",
+             "communication connection failure", "transport endpoint", "connection reset", "no answer in",
+             "slurm backup controller in standby", "error writing to file", "read-only file system",
+             "no space left on device")
+
+
+def transient(message: str) -> bool:
+    """
+    >>> transient("Batch job submission failed: Unable to contact slurm controller (connect failure)")
+    True
+    >>> transient("Batch job submission failed: Invalid account or account/partition combination")
+    False
+    """
+    m = message.lower()
+    return any(t in m for t in TRANSIENT)
+
+
+@dataclass
+class PatientSubmitter(Submitter):
+    """A Submitter that waits out outages as a user would: an sbatch, release or queue read
+    that fails for a reason in TRANSIENT is tried again each second for up to `retry_s` real
+    seconds (a release comes late then, and the job's wait counts it). `before_drain` and
+    `after_drain` run around the drain (the soak waits for its last fault to be undone before,
+    and for accounting to catch up after)."""
+
+    retry_s: float = 120.0
+    before_drain: Callable[[], None] | None = None
+    after_drain: Callable[[], None] | None = None
+    retries: dict[str, int] = field(default_factory=lambda: {"sbatch": 0, "release": 0, "squeue": 0})
+    unreleased: list[str] = field(default_factory=list)  # given up on after retry_s
+
+    def _run(self, argv: list[str]) -> tuple[bool, str, str]:
+        """(ok, stdout, the error's last line)."""
+        try:
+            r = self.runner.run(argv, check=False, timeout=60)
+        except RuntimeFailure as e:
+            return False, "", str(e)
+        err = r.stderr.strip().splitlines()[-1] if r.stderr.strip() else "no message"
+        return r.returncode == 0, r.stdout, err
+
+    def _submit(self, job: ReplayJob) -> None:
+        deadline = time.monotonic() + self.retry_s
+        while True:
+            ok, out, err = self._run(self.sbatch(job))
+            if ok:
+                self.subs.append(Submission(job, parse_job_id(out), self.t0 + job.offset_s))
+                return
+            if not transient(err) or time.monotonic() >= deadline:
+                self.failed.append((job, err))
+                return
+            self.retries["sbatch"] += 1
+            time.sleep(1.0)
+
+    def _release(self, due: list[Submission], chunk: int = 500) -> None:
+        deadline = time.monotonic() + self.retry_s
+        left = list(due)
+        while left:
+            ok, _, err = self._run(release_argv([s.job_id for s in left[:chunk]]))
+            if ok:
+                now = self.clock.now()
+                for s in left[:chunk]:
+                    s.released = now
+                left = left[chunk:]
+                continue
+            if not transient(err):
+                super()._release(left[:chunk], chunk)  # one at a time: one bad id fails the list
+                self.unreleased += [s.job_id for s in left[:chunk] if s.released is None]
+                left = left[chunk:]
+                continue
+            if time.monotonic() >= deadline:
+                self.unreleased += [s.job_id for s in left]
+                return
+            self.retries["release"] += 1
+            time.sleep(1.0)
+
+    def queue_counts(self) -> tuple[int, int, int, int]:
+        deadline = time.monotonic() + self.retry_s
+        while True:
+            try:
+                return super().queue_counts()
+            except RuntimeFailure:
+                if time.monotonic() >= deadline:
+                    raise
+                self.retries["squeue"] += 1
+                time.sleep(1.0)
+
+    def drain(self, deadline: float | None, poll_s: float = 1.0, until: str = "ended") -> bool:
+        if self.before_drain is not None:
+            self.before_drain()
+        done = super().drain(deadline, poll_s, until)
+        if self.after_drain is not None:
+            self.after_drain()
+        return done
+
+
+# ---- what slurmctld showed ---------------------------------------------------------------
+# Job id, state, start, end, nodes and the reason: none of them text a user writes (the
+# reason last all the same). Times as epoch seconds (SLURM_TIME_FORMAT=%s).
+OBSERVE_FORMAT = "%i|%T|%S|%e|%N|%r"
+FINAL = frozenset({"COMPLETED", "CANCELLED", "TIMEOUT", "FAILED", "NODE_FAIL", "PREEMPTED", "BOOT_FAIL",
+                   "DEADLINE", "OUT_OF_MEMORY"})
+STARTED = FINAL | {"RUNNING", "COMPLETING", "SUSPENDED"}
+
+
+def observe_argv() -> list[str]:
+    return ["squeue", "-h", "-t", "all", "-o", OBSERVE_FORMAT]
+
+
+@dataclass
+class Seen:
+    """One job as slurmctld listed it, poll after poll."""
+
+    job_id: str
+    states: list[str] = field(default_factory=list)  # each state seen, in order, once per change
+    start: int | None = None
+    end: int | None = None
+    nodes: str = ""
+    reason: str = ""
+
+    @property
+    def final(self) -> str | None:
+        last = self.states[-1] if self.states else ""
+        return last if last in FINAL else None
+
+
+def _epoch(text: str) -> int | None:
+    t = text.strip()
+    return int(t) if t.isdigit() and int(t) > 0 else None
+
+
+def parse_observation(text: str) -> list[tuple[str, str, int | None, int | None, str, str]]:
+    """`squeue -o OBSERVE_FORMAT` lines → (id, state, start, end, nodes, reason).
+
+    >>> parse_observation("12|RUNNING|1796000100|1796003700|kth-n1|None\\n13|PENDING|N/A|N/A||Priority\\n")
+    ... # doctest: +NORMALIZE_WHITESPACE
+    [('12', 'RUNNING', 1796000100, 1796003700, 'kth-n1', 'None'),
+     ('13', 'PENDING', None, None, '', 'Priority')]
+    """
+    out = []
+    for line in text.splitlines():
+        f = line.split("|", 5)
+        if len(f) != 6 or not f[0].strip().isdigit():
+            continue
+        out.append((f[0].strip(), f[1].strip(), _epoch(f[2]), _epoch(f[3]), f[4].strip(), f[5].strip()))
+    return out
+
+
+class Observer:
+    """Lists every job slurmctld holds every `every` real seconds (in a thread, from `start`
+    until `stop`); a poll slurmctld does not answer is counted and skipped."""
+
+    def __init__(self, runner: Runner, every: float = 2.0) -> None:
+        self.runner = dataclasses.replace(runner, extra_env={**runner.extra_env, "SLURM_TIME_FORMAT": "%s"})
+        self.every = every
+        self.seen: dict[str, Seen] = {}
+        self.listed_last: set[str] = set()
+        self.polls = self.failed_polls = 0
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._loop, name="soak-observer", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def poll(self) -> bool:
+        try:
+            r = self.runner.run(observe_argv(), check=False, timeout=20)
+        except RuntimeFailure:
+            r = None
+        if r is None or r.returncode != 0:
+            with self._lock:
+                self.failed_polls += 1
+            return False
+        self.record(r.stdout)
+        return True
+
+    def record(self, text: str) -> None:
+        rows = parse_observation(text)
+        with self._lock:
+            self.polls += 1
+            self.listed_last = {r[0] for r in rows}
+            for jid, state, start, end, nodes, reason in rows:
+                s = self.seen.setdefault(jid, Seen(jid))
+                if not s.states or s.states[-1] != state:
+                    s.states.append(state)
+                if state in STARTED and start is not None:
+                    s.start = start
+                if state in FINAL and end is not None:
+                    s.end = end
+                if state in STARTED and nodes:
+                    s.nodes = nodes
+                s.reason = reason
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.every):
+            self.poll()
+
+    def close(self) -> None:
+        """Stop polling (no last poll)."""
+        self._stop.set()
+
+    def stop(self, final_within_s: float = 60.0) -> bool:
+        """Stop polling after one last poll that slurmctld answers (tried for up to
+        `final_within_s` real seconds); False: it never did."""
+        self._stop.set()
+        self._thread.join(timeout=30)
+        deadline = time.monotonic() + final_within_s
+        while not self.poll():
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(1.0)
+        return True
+
+
+# ---- accounting against it --------------------------------------------------------------
+def dbd_queue(sdiag_text: str) -> int | None:
+    """Messages slurmctld holds for slurmdbd (`sdiag`'s "DBD Agent queue size").
+
+    >>> dbd_queue("Server thread count:  3\\nAgent queue size:     0\\nDBD Agent queue size: 12\\n")
+    12
+    >>> dbd_queue("nothing") is None
+    True
+    """
+    m = re.search(r"^\s*DBD Agent queue size:\s*(\d+)", sdiag_text, re.MULTILINE)
+    return int(m.group(1)) if m else None
+
+
+@dataclass
+class Audit:
+    submitted: int = 0
+    in_accounting: int = 0
+    lost: list[str] = field(default_factory=list)
+    missing_end: list[str] = field(default_factory=list)
+    wrong: list[dict[str, Any]] = field(default_factory=list)
+    strays: list[str] = field(default_factory=list)  # jobs slurmctld held that the replay never got an id for
+    observed: int = 0  # submitted jobs slurmctld listed at least once
+    compared_final: int = 0  # jobs with a final state seen by both sides
+
+    def to_json(self, examples: int = 20) -> dict[str, Any]:
+        return {"submitted": self.submitted, "in_accounting": self.in_accounting,
+                "observed": self.observed, "compared_final": self.compared_final,
+                "lost": len(self.lost), "missing_end": len(self.missing_end), "wrong": len(self.wrong),
+                "strays": len(self.strays),
+                "examples": {"lost": self.lost[:examples], "missing_end": self.missing_end[:examples],
+                             "wrong": self.wrong[:examples], "strays": self.strays[:examples]}}
+
+
+def audit(submitted: Iterable[str], records: Mapping[str, JobRecord], seen: Mapping[str, Seen],
+          listed_last: set[str], tolerance_s: int = 1) -> Audit:
+    """Accounting (`records`: sacct.by_job) against what the replay submitted and what
+    slurmctld showed (`seen`; `listed_last`: the ids its last listing held).
+
+    >>> from slurm_hetero.replay.sacct import JobRecord
+    >>> rec = lambda j, st, s, e: JobRecord(j, "batch", 1, {}, "n1", 1, 1, s, e, 0, 5, st)
+    >>> seen = {"1": Seen("1", ["RUNNING", "COMPLETED"], 10, 20, "n1"),
+    ...         "2": Seen("2", ["RUNNING"], 11, None, "n1"),
+    ...         "3": Seen("3", ["RUNNING", "COMPLETED"], 12, 30, "n1"), "9": Seen("9", ["PENDING"])}
+    >>> acct = {"1": rec("1", "COMPLETED", 10, 20), "2": rec("2", "RUNNING", 11, None),
+    ...         "3": rec("3", "RUNNING", 12, None)}
+    >>> a = audit(["1", "2", "3", "4"], acct, seen, {"2", "9"})
+    >>> a.lost, a.missing_end, a.wrong, a.strays, a.compared_final
+    (['4'], ['3'], [], ['9'], 1)
+    >>> audit(["1"], {"1": rec("1", "COMPLETED", 10, 25)}, seen, set()).wrong
+    [{'job_id': '1', 'field': 'end', 'slurmctld': 20, 'accounting': 25}]
+    """
+    ids = list(dict.fromkeys(submitted))
+    a = Audit(submitted=len(ids))
+    known = set(ids)
+    a.strays = sorted((j for j in seen if j not in known), key=int)
+    for jid in ids:
+        rec = records.get(jid)
+        s = seen.get(jid)
+        a.observed += s is not None
+        if rec is None:
+            a.lost.append(jid)
+            continue
+        a.in_accounting += 1
+        if rec.state in NOT_ENDED:
+            # Accounting says it has not ended: slurmctld must still hold it, not ended.
+            if (s is not None and s.final) or jid not in listed_last:
+                a.missing_end.append(jid)
+            continue
+        if s is None:
+            continue
+
+        def differs(name: str, mine: object, theirs: object, jid: str = jid) -> None:
+            a.wrong.append({"job_id": jid, "field": name, "slurmctld": mine, "accounting": theirs})
+
+        if s.final:
+            a.compared_final += 1
+            if s.final != rec.state:
+                differs("state", s.final, rec.state)
+            if s.end is not None and (rec.end is None or abs(rec.end - s.end) > tolerance_s):
+                differs("end", s.end, rec.end)
+        if s.start is not None and (rec.start is None or abs(rec.start - s.start) > tolerance_s):
+            differs("start", s.start, rec.start)
+        if s.nodes and rec.nodes != s.nodes:
+            differs("nodes", s.nodes, rec.nodes)
+    return a

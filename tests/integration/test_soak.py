@@ -1,0 +1,70 @@
+"""The short soak (`benchmarks/soak.py --short`): 2 trace hours of the KTH log (61 jobs) at
+x50 on a fresh dev cluster with the bridge and its model, while the bridge daemon is
+SIGSTOPped for 15 trace minutes (past its 150 s margin), slurmdbd is down for 10 and
+slurmctld is restarted. No job may be lost or killed before its user's limit, accounting must agree with
+what slurmctld showed, and each fault must have happened (a stopped daemon's /proc state, new
+pids, a closed port)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def soak_module() -> ModuleType:
+    """benchmarks/soak.py as a module (benchmarks/ holds scripts, not a package)."""
+    spec = importlib.util.spec_from_file_location("soak", ROOT / "benchmarks" / "soak.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["soak"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def soak(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, dict[str, Any]]:
+    out = tmp_path_factory.mktemp("soak")
+    rc = soak_module().main(["--short", "--workdir", str(out / "work"), "--json", str(out / "soak.json")])
+    return rc, json.loads((out / "soak.json").read_text())
+
+
+def test_no_job_lost_or_killed_early_and_accounting_agrees(soak: tuple[int, dict[str, Any]]) -> None:
+    rc, doc = soak
+    run = doc["runs"]["faulted"]
+    assert run["submitted"] == doc["jobs"] == 61 and run["submit_failed"] == 0 and run["unreleased"] == 0
+    assert run["lost"] == 0, run["audit"]["examples"]["lost"]
+    assert run["killed_early"] == 0
+    assert run["records_missing_end"] == 0 and run["records_wrong"] == 0, run["audit"]["examples"]
+    assert run["audit"]["observed"] == 61 and run["audit"]["compared_final"] > 0
+    assert rc == 0 and doc["broken"] == []
+
+
+def test_each_fault_happened(soak: tuple[int, dict[str, Any]]) -> None:
+    _, doc = soak
+    recs = {r["kind"]: r for r in doc["faults"]["records"]}
+    assert sorted(recs) == ["bridge-stop", "slurmctld-restart", "slurmdbd-stop"]
+    assert [r["kind"] for r in doc["faults"]["records"]] == [f["kind"] for f in doc["faults"]["schedule"]]
+    assert all(r["ok"] and r["problem"] is None for r in recs.values()), recs
+    stop = recs["bridge-stop"]["evidence"]
+    # Stopped (its /proc state T) through the whole fault, its heartbeat stale past the
+    # margin, then the same process went on.
+    assert stop["state_stopped"] == stop["state_before_cont"] == "T" and stop["state_after"] != "T"
+    assert stop["past_margin"] and stop["snapshot_age_s"] > stop["margin_s"] == 150
+    assert stop["pid_after"] == stop["pid_before"] and stop["heartbeat_back_real_s"] is not None
+    # It mattered: jobs submitted just after the stop (the heartbeat still fresh) got shortened
+    # limits that came due while it lasted; they ran on (OverTimeLimit), none killed early.
+    assert stop["limits_due"] >= 1, stop
+    ctld = recs["slurmctld-restart"]["evidence"]
+    assert ctld["pid_after"] and ctld["pid_after"] != ctld["pid_before"]
+    dbd = recs["slurmdbd-stop"]["evidence"]
+    assert dbd["port_closed"] and dbd["pid_after"] and dbd["pid_after"] != dbd["pid_before"]
