@@ -92,6 +92,8 @@ def main() -> int:
     p.add_argument("--log", required=True, help="the log's name, as the results say it")
     p.add_argument("--out", required=True, type=Path)
     p.add_argument("--merged", type=Path, default=None)
+    p.add_argument("--note", action="append", default=[],
+                   help="a line stored with the figures (e.g. the commit the windows ran at)")
     a = p.parse_args()
     rows, commands = [], []
     windows: list[tuple[Path, dict[str, ArmResult]]] = []
@@ -107,10 +109,11 @@ def main() -> int:
             print(f"{path}: not a replay_kth.py result: {e}", file=sys.stderr)
             return 2
     rows.sort(key=lambda r: r["start"])
-    summary = {"log": a.log, "windows": len(rows), "commands": commands,
+    summary = {"log": a.log, "windows": len(rows), "commands": commands, "notes": a.note,
+               "merge_command": " ".join(sys.argv),
                "ratios": {key: ratios(rows, key) for key in KEYS},
                "killed_early": {k: sum(r["arms"][k]["killed_early"] or 0 for r in rows if k in r["arms"])
-                                for k in rows[0]["arms"]} if rows else {},
+                                for k in dict.fromkeys(k for r in rows for k in r["arms"])},
                "per_window": rows}
     write_json_atomic(str(a.out), summary, indent=1)
     if a.merged:

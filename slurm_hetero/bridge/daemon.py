@@ -240,7 +240,11 @@ class BridgeDaemon:
             if j.state != "RUNNING" or j.partition not in self.soft or j.limit_min is None:
                 continue
             own = own_limit_min(j.limit_min, j.decision, self.max_min.get(j.partition))
-            end = j.end_s if j.end_s is not None else now - j.elapsed_s + j.limit_min * 60
+            # slurmctld's end counts time suspended and node boot (later than start + limit);
+            # a job being preempted has its end moved to the grace's (earlier), and is Slurm's to
+            # requeue or cancel: never earlier than start + limit, then.
+            nominal = now - j.elapsed_s + j.limit_min * 60
+            end = nominal if j.end_s is None else max(j.end_s, nominal)
             if own is None or now < end + (own - j.limit_min) * 60:
                 continue
             try:  # the record is advice: a job whose comment cannot take it still ends

@@ -132,6 +132,8 @@ def test_jobs_end_at_their_own_limit_where_limits_are_soft() -> None:
         running(6, "cpu", 2000, 1990 * 60, shortened(4320)),  # asked past MaxTime: capped
         running(7, "cpu", 2880, 2880 * 60 + 5, shortened(4320)),  # at MaxTime: ended
         running(8, "cpu", 10, 599),                    # a second left
+        running(10, "cpu", 60, 40, end_in_s=-5),       # being preempted: Slurm moved its end to
+                                                       # the grace's; Slurm's to requeue, not ours
         {"job_id": 9, "job_state": "PENDING", "partition": "cpu", "time_limit": 1, "submit_time": time.time() - 600},
     ]
     r = Recording(jobs)
