@@ -29,7 +29,7 @@ from slurm_hetero.fileio import write_atomic
 from slurm_hetero.predict import features as F
 from slurm_hetero.predict.tail import Tail, UserJobs, read_tail, user_states
 from slurm_hetero.slurm.commands import sacct_ended_argv
-from slurm_hetero.slurm.parse import SACCT_DELIMITER
+from slurm_hetero.slurm.parse import NO_NODES, SACCT_DELIMITER
 from slurm_hetero.slurm.runner import Runner
 from slurm_hetero.slurm.sacct import epoch_runner
 
@@ -38,7 +38,8 @@ LOOKBACK_S = 14 * 86400.0  # how far back a (re)started daemon reads accounting
 SLACK_S = 300.0  # slurmdbd may book an end a little after it happened: read back this far
 MAX_USERS = 5000  # users in the published file (those with the latest jobs): ~0.9 MiB (bridge.lua caps 2 MiB)
 # Only the allocation line (-X) and only what Slurm writes: no name, comment or path.
-FIELDS = ("JobIDRaw", "User", "State", "Submit", "Start", "End", "ElapsedRaw", "TimelimitRaw", "ReqCPUS")
+FIELDS = ("JobIDRaw", "User", "State", "Submit", "Start", "End", "ElapsedRaw", "TimelimitRaw", "ReqCPUS",
+          "NodeList")
 TIMES = ("End", "Start", "Submit", "ElapsedRaw")
 ENDED = ("CD", "F", "TO", "CA", "NF", "OOM", "PR", "DL")
 # A user name the bridge can compare with job_desc.user_name: what useradd and LDAP allow.
@@ -161,6 +162,8 @@ class OnlineHistory:
             end, start, submit, runtime = (_number(v.get(f, "")) for f in TIMES)
             if not jid.isdigit() or jid in self.seen or math.isnan(end + start + submit + runtime) \
                     or start <= 0 or end < self.until:
+                continue
+            if v.get("NodeList", "").strip() in NO_NODES:  # cancelled while pending: it never ran
                 continue
             if not user_ok(user):
                 self.skipped += 1

@@ -28,14 +28,14 @@ import pandas as pd
 from slurm_hetero.forecast.demand import demand_table, empty_table
 from slurm_hetero.jobs import table as jobtable
 from slurm_hetero.jobs.alibaba import ANY_GPU
-from slurm_hetero.jobs.sacct import NO_NODES, from_sacct
+from slurm_hetero.jobs.sacct import from_sacct
 from slurm_hetero.jobs.trace import ARCH as TRACE_ARCH
 from slurm_hetero.jobs.trace import open_text
 from slurm_hetero.site.catalog import AccelModel
 from slurm_hetero.site.model import NodeGroup, Site
 from slurm_hetero.site.pools import pools as site_pools
 from slurm_hetero.slurm import hostlist
-from slurm_hetero.slurm.parse import parse_tres
+from slurm_hetero.slurm.parse import NO_NODES, parse_tres
 from slurm_hetero.slurm.runner import Runner
 from slurm_hetero.slurm.sacct import SacctDays, read_sacct
 

@@ -22,11 +22,10 @@ from slurm_hetero.jobs import table
 from slurm_hetero.jobs.decisions import parse_admin_comment
 from slurm_hetero.site.catalog import AccelModel
 from slurm_hetero.site.model import Site
-from slurm_hetero.slurm.parse import parse_duration_s, parse_tres
+from slurm_hetero.slurm.parse import NO_NODES, parse_duration_s, parse_tres
 from slurm_hetero.slurm.sacct import base_state
 
 ACCEL_GRES = ("gpu", "npu")  # GRES counted as accelerators in req_accel (the Lua export agrees)
-NO_NODES = ("", "None assigned", "(null)")
 DECISION_TEXT = ("accel_spec", "accel_kind", "pool", "why", "tier", "policy")
 DECISION_NUMBERS = ("pred_p50", "pred_p90", "energy_j", "accel_util")
 # Slurm prints NO_VAL64-like sentinels for energy it did not measure.

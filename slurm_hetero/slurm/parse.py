@@ -82,6 +82,9 @@ def parse_gres(text: str) -> dict[str, int]:
     return out
 
 
+# sacct's NodeList for a job that was never given nodes (one cancelled while pending has
+# Start = End and ElapsedRaw 0: only its NodeList says it never ran).
+NO_NODES = ("", "None assigned", "(null)")
 # Job names and admin comments may hold "|": ask sacct for the ASCII unit separator instead.
 SACCT_DELIMITER = "\x1f"
 # sacct fields a job's user writes, printed raw by `-P`: a newline plus delimiter-joined

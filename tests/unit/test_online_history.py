@@ -49,7 +49,7 @@ def _rows(df: pd.DataFrame) -> str:
         v = {"JobIDRaw": str(1000 + i), "User": r.user, "State": "COMPLETED", "Submit": str(int(r.submit)),
              "Start": str(int(r.start)), "End": str(int(r.end)), "ElapsedRaw": str(int(r.runtime_s)),
              "TimelimitRaw": str(int(r.req_time_s // 60)) if r.req_time_s > 0 else "UNLIMITED",
-             "ReqCPUS": str(int(r.req_cpus))}
+             "ReqCPUS": str(int(r.req_cpus)), "NodeList": "n1"}
         lines.append(SACCT_DELIMITER.join(v[f] for f in FIELDS))
     return "\n".join(lines) + "\n"
 
@@ -77,9 +77,12 @@ def test_only_slurm_written_fields_are_read() -> None:
 
 def test_rows_a_user_could_not_have_made_are_skipped(tmp_path: Path) -> None:
     online = OnlineHistory(Runner(), tmp_path / "h.lua", None, clock=lambda: 2e9, lookback_s=3e9)
-    good = SACCT_DELIMITER.join(["7", "ann", "COMPLETED", "100", "110", "200", "90", "5", "2"])
+    good = SACCT_DELIMITER.join(["7", "ann", "COMPLETED", "100", "110", "200", "90", "5", "2", "n[1-2]"])
+    # A job cancelled while pending: Slurm gives it Start = End, ElapsedRaw 0 and no nodes.
+    never_ran = SACCT_DELIMITER.join(["8", "ann", "CANCELLED by 0", "100", "200", "200", "0", "5", "2",
+                                      "None assigned"])
     bad = [good.replace("ann", 'x"]=1,[[y'), good.replace("7", "7.batch", 1), good.replace("200", "Unknown"),
-           good.replace("110", "0"), good.replace("ann", "a" * 65)]
+           good.replace("110", "0"), good.replace("ann", "a" * 65), never_ran]
     assert online.take("\n".join([*bad, good])) == 1
     assert list(online.users) == ["ann"] and online.users["ann"].n == 1
 
