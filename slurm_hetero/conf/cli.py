@@ -81,13 +81,20 @@ def conf_import(slurm_conf: Path, gres_conf: Path | None, output: Path | None, f
 @click.argument("site", type=click.Path(path_type=Path))
 @click.option("--against", type=click.Path(file_okay=False, path_type=Path), default=Path("/etc/slurm"),
               show_default=True, help="The live configuration folder.")
+@click.option("--units-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Where the systemd units are installed [default: /etc/systemd/system].")
+@click.option("--prometheus-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Where Prometheus's scrape jobs, target lists and rules are installed "
+                   "[default: /etc/prometheus].")
 @click.option("--model", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="The exported runtime model the render would compile in (as for conf render).")
 @reports_errors
-def conf_diff(site: Path, against: Path, model: Path | None) -> None:
-    """Show what `conf render SITE` would change in the live files (nothing is written).
-    Exit status: 0 no changes, 1 changes, 2 bad input."""
-    from slurm_hetero.conf.diff import diff_files, setting_changes
+def conf_diff(site: Path, against: Path, units_dir: Path | None, prometheus_dir: Path | None,
+              model: Path | None) -> None:
+    """Show what `conf render SITE` would change in the installed files (nothing is written):
+    the Slurm files in --against, the units and Prometheus files where the Ansible role puts
+    them. Exit status: 0 no changes, 1 changes, 2 bad input."""
+    from slurm_hetero.conf import diff
     from slurm_hetero.conf.importer import read_conf
     from slurm_hetero.conf.render import MODES, render_site
     from slurm_hetero.site import load_site
@@ -95,20 +102,30 @@ def conf_diff(site: Path, against: Path, model: Path | None) -> None:
     s = load_site(site)
     profile, why = render_profile(s, read_model(model))
     files = render_site(s, profile)
-    result = diff_files(files, against, MODES)
+    places = diff.install_places(files, units_dir or diff.UNITS_DIR, prometheus_dir or diff.PROMETHEUS_DIR)
+    result = diff.diff_files(files, against, MODES, places)
     click.echo(result.text, nl=False)
-    if "slurm.conf" in result.changed and (against / "slurm.conf").is_file():
-        # As Slurm reads the live file, its Includes in place; the diff above stands without it.
+    for name in result.changed:
+        path = places.get(name, against) / name
+        if not path.is_file():
+            continue  # a new file: the diff is all of it
         try:
-            live = "\n".join(at.text for at in read_conf(against / "slurm.conf"))
-        except InputError as e:
-            click.echo(f"slurm.conf: settings not compared one by one: {e}", err=True)
-            live = None
-        changes = setting_changes(files["slurm.conf"], live) if live is not None else []
+            # slurm.conf as Slurm reads it, its Includes in place; the diff above stands without.
+            live = ("\n".join(at.text for at in read_conf(path)) if name == "slurm.conf"
+                    else path.read_text(encoding="utf-8", errors="replace"))
+            changes = diff.file_setting_changes(name, files[name], live)
+        except (InputError, OSError) as e:
+            click.echo(f"{name}: settings not compared one by one: {e}", err=True)
+            continue
         if changes:
-            click.echo(f"slurm.conf: {len(changes)} setting(s) would change:", err=True)
+            click.echo(f"{name}: {len(changes)} setting(s) would change:", err=True)
             for line in changes:
                 click.echo(f"  {line}", err=True)
+    if result.not_installed:
+        click.echo(f"not installed here, so not compared ({len(result.not_installed)}; the Ansible role "
+                   "installs each only on the hosts and with the options that turn it on):", err=True)
+        for path_text in result.not_installed:
+            click.echo(f"  {path_text}", err=True)
     click.echo(f"{len(result.changed)} file(s) would change ({why})" if result.changed
                else f"no changes ({why})", err=True)
     sys.exit(1 if result.changed else 0)

@@ -153,6 +153,16 @@ def slot_devices(layer: DeviceLayer, infos: Sequence[DeviceInfo], gres: NodeGres
     return out
 
 
+def device_with_identity(infos: Sequence[DeviceInfo], kind: str, identity: str) -> DeviceInfo | None:
+    """The one device of `kind` that reports `identity`: None when none or several do, so a
+    device the agent matched once is found again whatever number the backend gives it now
+    (the node exporter, a restore after a driver reload)."""
+    if not identity:
+        return None
+    found = [d for d in infos if d.kind == kind and d.identity == identity]
+    return found[0] if len(found) == 1 else None
+
+
 def match_devices(layer: DeviceLayer, infos: Sequence[DeviceInfo], gres: NodeGres | GresConfError,
             devices: Mapping[str, list[int]]) -> list[Target]:
     """The job's GRES indices (per kind) as backend devices; refused where unknown or MIG."""

@@ -15,6 +15,13 @@ index) group_left (jobid, user)`), and the job id as the value of a per-device g
 `hetero_device_job_id` (jobstats' `nvidia_gpu_jobId`; 0: none). Labelling every device
 series with the job instead made a new series per job, device and family: 351,480 device
 series against 6,096 in a day of 10,000 jobs on 512 GPUs (benchmarks/monitor_cardinality.py).
+
+`index` is the backend's own number of the device (NVML's index, amdsmi's, npu-smi's), the
+one its readings are taken by: not Slurm's GRES index (the N of SLURM_JOB_GPUS / `IDX:`) nor
+the N of /dev/nvidiaN, which can differ from it. A job is put on a device by identity, as
+the agent applies its policy (energy/identity.py): the device whose minor number or PCI
+address is that of the device file Slurm gave the job (holders.py), so its power, energy and
+utilisation are the right device's on a node where NVML's order and /dev's differ.
 """
 
 from __future__ import annotations
@@ -44,6 +51,8 @@ log = logging.getLogger("slurm-hetero.monitor")
 DEVICE_LABELS = ["node", "kind", "index", "model", "arch"]
 # `jobid`, not `job`: Prometheus gives every scraped series its own `job` (the scrape job).
 JOB_INFO_LABELS = ["node", "kind", "index", "jobid", "user", "policy"]
+# What `index` is, said in the help of the families a job is joined on.
+INDEX_HELP = "; index: the backend's own device number (e.g. NVML's), not Slurm's GRES index nor /dev/nvidiaN"
 MIB = 2**20
 
 
@@ -228,8 +237,10 @@ class NodeExporter:
         t0 = time.monotonic()
         now = self.clock()
         self.refresh_devices(now)
-        held = self.holders.devices()
-        changed = self.holders.changed()
+        # The jobs' devices by identity (the minor / PCI address of the file Slurm gave the
+        # job), keyed by the backend's index the readings below use: never Slurm's as ours.
+        held = self.holders.devices(self.infos)
+        changed = self.holders.changed(self.infos)
         out = []
         for info in self.infos:
             key = (info.kind, info.index)
@@ -384,7 +395,8 @@ class _Families:
         self.node, self.arch = node, arch
         L = DEVICE_LABELS
         self.f: dict[str, GaugeMetricFamily | CounterMetricFamily] = {
-            "power": GaugeMetricFamily("hetero_device_power_watts", "Device power draw now", labels=L),
+            "power": GaugeMetricFamily("hetero_device_power_watts", "Device power draw now" + INDEX_HELP,
+                                       labels=L),
             "energy": CounterMetricFamily("hetero_device_energy_joules",
                                           "Device energy, monotonic across exporter restarts", labels=L),
             "util": GaugeMetricFamily("hetero_device_utilization_ratio", "Device utilisation (0-1)",
@@ -408,8 +420,8 @@ class _Families:
                                          "1 while the node agent has a change on the device not yet restored",
                                          labels=L),
             "allocated": GaugeMetricFamily("hetero_device_allocated",
-                                           "1 while a Slurm job holds the device (the node agent's record)",
-                                           labels=L),
+                                           "1 while a Slurm job holds the device (the node agent's record)"
+                                           + INDEX_HELP, labels=L),
             "healthy": GaugeMetricFamily("hetero_device_healthy", "1: the backend says healthy",
                                          labels=L),
         }
@@ -417,10 +429,12 @@ class _Families:
 
         self.job_info = GaugeMetricFamily(
             "hetero_device_job_info", "1 while the Slurm job `jobid` of `user` holds the device, with the "
-            "energy policy its prolog applied (the node agent's record); no series while no job does",
+            "energy policy its prolog applied (the node agent's record, matched to the device by its "
+            "minor number or PCI address); no series while no job does" + INDEX_HELP,
             labels=JOB_INFO_LABELS)
         self.job_id = GaugeMetricFamily("hetero_device_job_id",
-                                        "Id of the Slurm job holding the device (0: none)", labels=L)
+                                        "Id of the Slurm job holding the device (0: none)" + INDEX_HELP,
+                                        labels=L)
 
     def add(self, key: str, labels: list[str], value: float) -> None:
         self.f[key].add_metric(labels, value)

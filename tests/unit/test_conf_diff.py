@@ -3,16 +3,24 @@ written; exit 0 no changes, 1 changes, 2 bad input."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from pathlib import Path
 
 import click
 import pytest
+import yaml
 from click.testing import CliRunner
 
 from slurm_hetero.conf.cli import conf_diff
-from slurm_hetero.conf.diff import diff_files, setting_changes
+from slurm_hetero.conf.diff import (
+    diff_files,
+    install_places,
+    setting_changes,
+    unit_setting_changes,
+    yaml_setting_changes,
+)
 from slurm_hetero.conf.render import MODES, render_site, write_files
 from slurm_hetero.errors import InputError
 from slurm_hetero.site import load_site
@@ -36,6 +44,14 @@ def snapshot(folder: Path) -> dict[str, tuple[bytes, int, int]]:
 def no_installed_slurm(monkeypatch: pytest.MonkeyPatch) -> None:
     """The command asks the installed Slurm for its release: here, as if there were none."""
     monkeypatch.setattr("slurm_hetero.conf.cli.detect_slurm_version", lambda: None)
+
+
+@pytest.fixture(autouse=True)
+def no_installed_units(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Units and Prometheus files are looked for where the role installs them: here, by
+    default, in folders that do not exist (none installed)."""
+    monkeypatch.setattr("slurm_hetero.conf.diff.UNITS_DIR", tmp_path / "no-systemd")
+    monkeypatch.setattr("slurm_hetero.conf.diff.PROMETHEUS_DIR", tmp_path / "no-prometheus")
 
 
 @pytest.fixture
@@ -185,3 +201,117 @@ def test_a_live_include_that_is_gone_leaves_the_diff_standing(live: Path) -> Non
     assert result.exit_code == 1, result.output
     assert "-Include gone.conf" in result.output
     assert "slurm.conf: settings not compared one by one: " in result.output and "gone.conf" in result.output
+
+
+# ---- units and Prometheus files, where the role installs them ---------------------------------
+
+def installed(tmp_path: Path) -> tuple[Path, Path, dict[str, str]]:
+    """The demo's units and Prometheus files as the role installs them, all as rendered."""
+    files = render_site(load_site(DEMO))
+    units, prom = tmp_path / "systemd", tmp_path / "prometheus"
+    places = install_places(files, units, prom)
+    for name, folder in places.items():
+        write_files({name: files[name]}, folder)
+    return units, prom, files
+
+
+def diff_cli(live: Path, units: Path, prom: Path) -> tuple[int, list[str]]:
+    result = CliRunner().invoke(_group(), ["diff", str(DEMO), "--against", str(live), "--units-dir", str(units),
+                                           "--prometheus-dir", str(prom)])
+    return result.exit_code, result.output.splitlines()
+
+
+def test_units_and_prometheus_files_are_compared_where_the_role_installs_them(live: Path, tmp_path: Path) -> None:
+    units, prom, files = installed(tmp_path)
+    assert sorted(p.name for p in units.iterdir()) == ["hetero-bridge.service", "hetero-exporter.service",
+                                                      "hetero-node-exporter.service", "hetero-sampler.service"]
+    assert sorted(p.name for p in prom.iterdir()) == ["hetero-cluster-targets.json", "hetero-node-targets.json",
+                                                     "hetero-rules.yml", "hetero-scrape.yml"]
+    # What the /etc/slurm copies of them say no longer counts: they are not installed there.
+    (live / "hetero-node-exporter.service").write_text("[Service]\nUser=root\n")
+    code, out = diff_cli(live, units, prom)
+    assert code == 0 and len(out) == 1 and out[0].startswith("no changes ("), out
+
+    # An older node exporter unit: another port, a setting more, one less, a second Environment.
+    node = units / "hetero-node-exporter.service"
+    text = node.read_text()
+    node.write_text(text.replace("--port 9410", "--port 9100").replace("Nice=5\n", "Nice=10\nEnvironment=X=1\n")
+                    .replace("MemoryMax=256M\n", ""))
+    # The rules: the first alert waits longer; the node targets: one node gone, one foreign.
+    rules = yaml.safe_load(files["hetero-rules.yml"])
+    group = next(g for g in rules["groups"] if any("alert" in r for r in g["rules"]))
+    alert = next(r for r in group["rules"] if "alert" in r)
+    rendered_for = alert.get("for", "(not set)")
+    alert["for"] = "77m"
+    (prom / "hetero-rules.yml").write_text(yaml.safe_dump(rules))
+    targets = json.loads(files["hetero-node-targets.json"])
+    gone = targets[0]["targets"].pop()
+    targets[0]["targets"].append("old-01:9410")
+    (prom / "hetero-node-targets.json").write_text(json.dumps(targets))
+    (units / "hetero-sampler.service").unlink()  # not on this host
+    (prom / "hetero-cluster-targets.json").unlink()
+
+    code, out = diff_cli(live, units, prom)
+    assert code == 1, out
+    assert f"diff {node} rendered/hetero-node-exporter.service" in out
+    assert any(ln.startswith("-ExecStart=") and "--port 9100" in ln for ln in out)
+    assert "hetero-node-exporter.service: 4 setting(s) would change:" in out
+    exec_start = next(ln for ln in text.splitlines() if ln.startswith("ExecStart="))[len("ExecStart="):]
+    assert f"  [Service] ExecStart: {exec_start.replace('--port 9410', '--port 9100')} -> {exec_start}" in out
+    assert "  [Service] Environment: SLURM_CONF=/etc/slurm/slurm.conf ; X=1 -> SLURM_CONF=/etc/slurm/slurm.conf" in out
+    assert "  [Service] Nice: 10 -> 5" in out and "  [Service] MemoryMax: (not set) -> 256M" in out
+    assert "hetero-rules.yml: 1 setting(s) would change:" in out
+    assert f"  groups[{group['name']}].rules[{alert['alert']}].for: 77m -> {rendered_for}" in out
+    assert "hetero-node-targets.json: 1 setting(s) would change:" in out
+    assert f"  [0].targets: adds {gone}; removes old-01:9410" in out
+    # Not installed here: listed, not a change (the role installs each only where it is on).
+    start = out.index("not installed here, so not compared (2; the Ansible role installs each only on the hosts "
+                      "and with the options that turn it on):")
+    assert out[start + 1:start + 3] == [f"  {units}/hetero-sampler.service", f"  {prom}/hetero-cluster-targets.json"]
+    assert out[-1].startswith("3 file(s) would change (")
+    assert not any("hetero-bridge.service" in ln or "hetero-scrape.yml" in ln for ln in out)
+
+
+def test_an_installed_prometheus_file_that_is_not_yaml_leaves_the_diff_standing(live: Path, tmp_path: Path) -> None:
+    units, prom, _ = installed(tmp_path)
+    (prom / "hetero-rules.yml").write_text("groups: [\n")
+    code, out = diff_cli(live, units, prom)
+    assert code == 1 and "+groups:" in out
+    assert any(ln.startswith("hetero-rules.yml: settings not compared one by one: the installed file is not YAML")
+               for ln in out), out
+
+
+def test_nothing_installed_but_the_slurm_files_is_no_change(live: Path, tmp_path: Path) -> None:
+    code, out = diff_cli(live, tmp_path / "none", tmp_path / "none")
+    assert code == 0, out
+    assert "not installed here, so not compared (8; the Ansible role installs each only on the hosts and with " \
+           "the options that turn it on):" in out
+
+
+def test_unit_settings_follow_systemds_syntax() -> None:
+    live = ("# a comment\n[Unit]\nDescription=old\n[Service]\nExecStartPre=/bin/a\nExecStartPre=/bin/b\n"
+            "ExecStart=/bin/run \\\n  --port 1\n; another comment\nEnvironment=A=1\nEnvironment=\nEnvironment=B=2\n")
+    rendered = ("[Unit]\nDescription=old\n\n[Service]\nExecStartPre=/bin/a\nExecStart=/bin/run --port 1\n"
+                "Environment=B=2\n[Install]\nWantedBy=multi-user.target\n")
+    assert unit_setting_changes(rendered, live) == [
+        "[Service] ExecStartPre: /bin/a ; /bin/b -> /bin/a",  # a list: each value counts
+        "[Install] WantedBy: (not set) -> multi-user.target",
+    ]  # the continued line is the same command; an empty assignment empties the list
+    assert unit_setting_changes(live, live) == []
+
+
+def test_prometheus_settings_name_jobs_and_rules() -> None:
+    live = ("scrape_configs:\n- job_name: a\n  scrape_interval: 10s\n"
+            "groups:\n- name: g\n  rules:\n  - alert: X\n    expr: up == 0\n    labels: {severity: warning}\n"
+            "  - alert: X\n    expr: up == 0\n    labels: {severity: page}\n")
+    rendered = ("scrape_configs:\n- job_name: a\n  scrape_interval: 15s\n- job_name: b\n  scrape_interval: 60s\n"
+                "groups:\n- name: g\n  rules:\n  - alert: X\n    expr: >-\n      up\n      == 0\n"
+                "    labels: {severity: warning}\n  - alert: X\n    expr: up == 0\n    labels: {severity: critical}\n")
+    assert yaml_setting_changes(rendered, live) == [
+        "scrape_configs[a].scrape_interval: 10s -> 15s",
+        "scrape_configs[b].job_name: (not set) -> b",
+        "scrape_configs[b].scrape_interval: (not set) -> 60s",
+        "groups[g].rules[X#2].labels.severity: page -> critical",  # the first X's expression: the same but for layout
+    ]
+    with pytest.raises(InputError, match="the rendered file is not YAML"):
+        yaml_setting_changes("a: [", live)
