@@ -3,11 +3,23 @@ the bridge, its runtime model and the users' online history on, while a seeded s
 faults hits it; then the same window without faults (the baseline). Figures, faulted vs
 baseline: jobs lost (sbatch gave an id, accounting never heard of it: must be 0), jobs killed
 before their user's own limit (must be 0), accounting records missing an end or wrong
-(sacct against what slurmctld showed while the replay ran), waits and AVEbsld.
+(sacct against what slurmctld showed while the replay ran), devices left with a job's
+energy policy while no job holds them (must be 0: at each fault's end and at the end), the
+alerts that fired and cleared (the exporters and a Prometheus with the shipped rules run
+beside the cluster: the alert meant for each fault, replay/faults.py ALERT_FOR, must fire and
+clear; faults with none meant say why), the exporters' scrape gaps, waits and AVEbsld. Each
+run's timeline (faults, alerts, pending and running jobs) goes into the JSON and is drawn as
+an SVG beside it (`OUT-<run>-timeline.svg`; the workdir without --json).
+
+The rules on a replay clock (devcluster/faults.py `soak_settings`, `rules_on_clock`): the
+exporters run on the cluster's faked clock, Prometheus on real time; limits on published ages
+stay in trace seconds, `for:` and range windows become real seconds (trace / speed), and
+`time()` is rewritten into the faked clock. A replay cluster runs no Prolog/Epilog, so no
+policy is applied to a device there: the devices figure can only be 0 until it does.
 
     .venv/bin/python benchmarks/soak.py [--short] [--workload kth|alibaba] [--faults default|all|none|K1,K2]
         [--seed 36] [--speed 50] [--hours 24] [--warmup-hours 1] [--drain-hours 6] [--start band|EPOCH]
-        [--users local|root] [--no-baseline] [--workdir DIR] [--json OUT]
+        [--users local|root] [--no-baseline] [--no-monitor] [--energy-share F] [--workdir DIR] [--json OUT]
 
 The faults (slurm_hetero/replay/faults.py says what each is, devcluster/faults.py how it is
 injected and undone): the bridge daemon SIGKILLed, and SIGSTOPped for an hour (trace) then
@@ -48,22 +60,25 @@ from pathlib import Path
 from typing import Any
 
 from slurm_hetero.devcluster import procs
-from slurm_hetero.devcluster.faults import Injector, SoakCluster, bridge_margin_s
+from slurm_hetero.devcluster.faults import Injector, Monitoring, SoakCluster, bridge_margin_s, devices_left
 from slurm_hetero.errors import InputError, RuntimeFailure
 from slurm_hetero.fileio import write_json_atomic
 from slurm_hetero.jobs.trace import KTH_SP2
 from slurm_hetero.replay import sacct
 from slurm_hetero.replay.clockmap import calibrate
 from slurm_hetero.replay.faults import (
+    ALERT_FOR,
     BLOCKING,
     DURATIONS,
     KINDS,
     SHORT_DURATIONS,
+    AlertSpan,
     Fault,
     Observer,
     PatientSubmitter,
     audit,
     dbd_queue,
+    match_alerts,
     parse_kinds,
     plan,
 )
@@ -71,6 +86,7 @@ from slurm_hetero.replay.metrics import ALL
 from slurm_hetero.replay.run import ARMS, Arm, ArmResult, run_arm, train_model
 from slurm_hetero.replay.trace import read_trace, select_for
 from slurm_hetero.replay.window import Capacity, Selection, Window, busiest, in_band
+from slurm_hetero.reports.soak import timeline, timeline_svg
 from slurm_hetero.site import Site, load_site
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -148,26 +164,34 @@ def summary(res: ArmResult, sub: PatientSubmitter, obs: Observer, records: dict[
 
 def one_run(name: str, base: Path, site: Site, sel: Selection, window: Window, arm: Arm, speed: float,
             model: Path | None, faults: list[Fault], drain_hours: float, users: str,
-            say: Any) -> tuple[dict[str, Any], list[dict[str, Any]], ArmResult]:
-    """One replay of the window (with `faults`, or none): its summary, the faults' records
-    and the arm's result."""
+            say: Any, monitor: bool = True, energy_share: float = 0.0,
+            seed: int = 0) -> tuple[dict[str, Any], list[dict[str, Any]], ArmResult]:
+    """One replay of the window (with `faults`, or none): its summary (with the devices left
+    with a policy, the alerts and the timeline), the faults' records and the arm's result."""
     made: list[SoakCluster] = []
     subs: list[PatientSubmitter] = []
-    state: dict[str, Any] = {"obs": None, "inj": None, "dbd_left": None}
+    state: dict[str, Any] = {"obs": None, "inj": None, "dbd_left": None, "mon": None, "clock": None,
+                             "t0": 0.0, "monitoring": None, "devices": None, "monitor_problem": None}
     margin = bridge_margin_s(speed)
     blocking = [f.for_s for f in faults if f.kind in BLOCKING]
     retry_s = max(blocking, default=0.0) / speed + 90.0
 
     def factory(workdir: Path) -> SoakCluster:
-        made.append(SoakCluster(workdir))
+        # With `monitor`: the exporters and Prometheus start with the cluster, before t0.
+        made.append(SoakCluster(workdir, watch=site.path if monitor else None))
         return made[-1]
 
     def on_start(t0: float) -> None:
         c = made[-1]
+        state["clock"], state["t0"] = calibrate(c.runner, speed), t0
+        state["monitor_problem"] = c.monitor_problem
+        if c.monitoring is not None and c.monitor_problem is None:
+            c.monitoring.clock, c.monitoring.t0 = state["clock"], t0
+            state["mon"] = c.monitoring
         state["obs"] = Observer(c.runner)
         state["obs"].start()
         if faults:
-            state["inj"] = c.inject(faults, calibrate(c.runner, speed), t0, margin, say)
+            state["inj"] = c.inject(faults, state["clock"], t0, margin, say)
 
     def before_drain() -> None:
         inj: Injector | None = state["inj"]
@@ -178,9 +202,21 @@ def one_run(name: str, base: Path, site: Site, sel: Selection, window: Window, a
         # slurmctld's last listing first: every end it shows is queued for slurmdbd by then.
         state["obs"].stop()
         state["dbd_left"] = wait_dbd_caught_up(made[-1])
+        try:
+            state["devices"] = devices_left(made[-1].cluster)
+        except Exception as e:
+            state["devices"] = {"problem": f"{type(e).__name__}: {e}"}
+        mon: Monitoring | None = state["mon"]
+        if mon is not None:
+            settle = {a for f in faults if (a := ALERT_FOR.get(f.kind))}
+            try:
+                state["monitoring"] = mon.collect(settle)
+            except (OSError, ValueError, RuntimeFailure) as e:
+                state["monitor_problem"] = f"collect: {e}"
 
     def submitter(*a: Any, **kw: Any) -> PatientSubmitter:
-        kw.update(retry_s=retry_s, before_drain=before_drain, after_drain=after_drain)
+        kw.update(retry_s=retry_s, before_drain=before_drain, after_drain=after_drain,
+                  energy_share=energy_share, energy_seed=seed)
         subs.append(PatientSubmitter(*a, **kw))
         return subs[-1]
 
@@ -195,8 +231,43 @@ def one_run(name: str, base: Path, site: Site, sel: Selection, window: Window, a
     real_s = time.monotonic() - t
     records = sacct.by_job(sacct.parse_rows((made[-1].workdir / "sacct.psv").read_text()))
     inj = state["inj"]
-    return (summary(res, subs[-1], state["obs"], records, state["dbd_left"], real_s, margin),
-            inj.records if inj is not None else [], res)
+    recs: list[dict[str, Any]] = inj.records if inj is not None else []
+    summ = summary(res, subs[-1], state["obs"], records, state["dbd_left"], real_s, margin)
+    summ.update(watched(state, recs, speed, monitor))
+    summ["with_energy"] = len(subs[-1].with_energy)  # accelerator jobs that asked for a policy
+    return summ, recs, res
+
+
+def watched(state: dict[str, Any], recs: list[dict[str, Any]], speed: float, monitor: bool) -> dict[str, Any]:
+    """The devices left with a policy, the alerts per fault, the scrape gaps and the timeline."""
+    dev = state["devices"] or {}
+    at_faults = [r.get("devices_left", {}) for r in recs]
+    mon = state["monitoring"]
+    out: dict[str, Any] = {
+        "devices_checked": dev.get("devices"), "devices_left": dev.get("left"),
+        "devices_left_at_fault_ends": [d.get("left") for d in at_faults],
+        "devices_left_examples": dev.get("examples", []),
+        "devices_problem": (dev.get("problem")
+                            or next((d["problem"] for d in at_faults if "problem" in d), None)),
+        "monitored": monitor, "monitor_problem": state["monitor_problem"],
+    }
+    spans = [AlertSpan(**a) for a in mon["alerts"]] if mon else []
+    grace = 10.0 * speed  # an alert's `for:` and a rule evaluation or two, in trace seconds
+    if mon is not None:
+        out["alerts"] = match_alerts(recs, spans, mon["prometheus_to_s"], grace)
+        covered = [(float(r["started_trace_s"]),
+                    float(r.get("ended_trace_s") or r["started_trace_s"]) + grace) for r in recs]
+        out["alerts_fired"] = [s.to_json() for s in spans]
+        out["alerts_without_fault"] = sorted({s.alert for s in spans
+                                              if not any(lo <= s.start_s <= hi for lo, hi in covered)})
+        out["scrape_gaps"] = len(mon["scrape_gaps"])
+        out["monitoring"] = {k: v for k, v in mon.items() if k != "alerts"}
+    clock, t0 = state["clock"], state["t0"]
+    queue = ([(round(clock.faked(t) - t0, 1), p, r) for t, p, r in state["obs"].counts]
+             if clock is not None and state["obs"] is not None else [])
+    out["timeline"] = timeline(recs, [s.to_json() for s in spans], queue,
+                               mon["scrape_gaps"] if mon else [])
+    return out
 
 
 def limits_due(res: ArmResult, records: list[dict[str, Any]]) -> None:
@@ -224,7 +295,8 @@ ROWS = (("submitted", "d"), ("lost", "d"), ("killed_early", "d"), ("records_miss
         ("records_wrong", "d"), ("submit_failed", "d"), ("unreleased", "d"), ("killed_at_limit", "d"),
         ("ran_past_own_limit", "d"), ("outlived_prediction", "d"), ("measured", "d"), ("started", "d"),
         ("unfinished", "d"), ("ave_bsld", ".2f"), ("wait_mean", ".0f"), ("wait_p50", ".0f"),
-        ("wait_p90", ".0f"), ("utilisation", ".3f"), ("real_s", ".0f"))
+        ("wait_p90", ".0f"), ("utilisation", ".3f"), ("devices_checked", "d"), ("devices_left", "d"),
+        ("with_energy", "d"), ("scrape_gaps", "d"), ("real_s", ".0f"))
 
 
 def show(runs: dict[str, dict[str, Any]]) -> None:
@@ -252,9 +324,20 @@ def broken(runs: dict[str, dict[str, Any]], records: list[dict[str, Any]]) -> li
            f"({r['problem'] or r['evidence']})" for r in records if not r["ok"]]
     for name, r in runs.items():
         for key in ("lost", "killed_early", "records_missing_end", "records_wrong", "submit_failed",
-                    "unreleased"):
-            if r[key]:
+                    "unreleased", "devices_left", "devices_problem", "monitor_problem"):
+            if r.get(key):
                 out.append(f"{name}: {key} = {r[key]}")
+        left = [n for n in r.get("devices_left_at_fault_ends", []) if n]
+        if left:
+            out.append(f"{name}: devices left with a policy at a fault's end: {left}")
+        if r.get("monitored") and r.get("devices_checked") is None:
+            out.append(f"{name}: the devices were not checked")
+        if r.get("monitored") and "alerts" not in r and not r.get("monitor_problem"):
+            out.append(f"{name}: no alerts were read from Prometheus")
+        for m in r.get("alerts", []):
+            if not m["ok"]:
+                out.append(f"{name}: fault {m['kind']}: {m['meant']} "
+                           + ("never fired" if not m["fired"] else "did not clear"))
     return out
 
 
@@ -282,6 +365,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--site", type=Path, default=None)
     p.add_argument("--workdir", type=Path, default=None)
     p.add_argument("--json", type=Path, default=None, help="write the figures, seed and schedule there")
+    p.add_argument("--monitor", action=argparse.BooleanOptionalAction, default=True,
+                   help="the exporters and a Prometheus with the shipped rules: the alerts per fault [on]")
+    p.add_argument("--energy-share", type=float, default=None,
+                   help="share of the accelerator jobs that ask for --energy=efficiency [alibaba 0.3; 0]")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
     p.add_argument("--plan", action="store_true", help="print the window and the schedule, run nothing")
     a = p.parse_args(argv)
@@ -294,6 +381,7 @@ def main(argv: list[str] | None = None) -> int:
     drain = a.drain_hours if a.drain_hours is not None else (0.5 if short else 6.0)
     users = a.users or ("root" if short or alibaba else "local")
     seed = a.seed if a.seed is not None else (SHORT_SEED if short else 36)
+    energy_share = a.energy_share if a.energy_share is not None else (0.3 if alibaba else 0.0)
     baseline = a.baseline if a.baseline is not None else not short
     trace = a.trace or (PODS if alibaba else KTH_SP2)
     site_path = a.site or (ALIBABA_SITE if alibaba else KTH_SITE)
@@ -343,7 +431,12 @@ def main(argv: list[str] | None = None) -> int:
         for name, faults in order:
             t = time.monotonic()
             summ, recs, res = one_run(name, base, site, sel, window, arm, a.speed, model, faults, drain,
-                                      users, say if not a.quiet else None)
+                                      users, say if not a.quiet else None, monitor=a.monitor,
+                                      energy_share=energy_share, seed=seed)
+            svg = (a.json.with_name(f"{a.json.stem}-{name}-timeline.svg") if a.json
+                   else base / f"{name}-timeline.svg")
+            svg.write_text(timeline_svg(summ["timeline"], f"soak {name}: seed {seed}, x{a.speed:g}"))
+            summ["timeline_svg"] = str(svg)
             runs[name], results[name] = summ, res
             limits_due(res, recs)
             records += recs
@@ -359,6 +452,16 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {r['kind']:18s} at +{r['started_trace_s']:7.0f} s: {'ok' if r['ok'] else 'NOT OK'} "
               f"{r['evidence']}" + (f" problem: {r['problem']}" if r["problem"] else ""))
     show(runs)
+    for name, r in runs.items():
+        for m in r.get("alerts", []):
+            cleared = (f"cleared {m['cleared_after_end_s']:+.0f} s after its end" if m["cleared"]
+                       else "NOT cleared")
+            fired = (f"fired +{m['fired_after_s']:.0f} s after its start, {cleared}" if m["fired"]
+                     else "did not fire")
+            also = f"; also {', '.join(m['also'])}" if m["also"] else ""
+            print(f"  [{name}] {m['kind']:18s} alert {m['meant'] or '(none meant)'}: {fired}{also}")
+        if r.get("alerts_without_fault"):
+            print(f"  [{name}] alerts with no fault near: {', '.join(r['alerts_without_fault'])}")
     if "faulted" in runs and "baseline" in runs:
         fa, ba = runs["faulted"], runs["baseline"]
         for key in ("ave_bsld", "wait_mean"):

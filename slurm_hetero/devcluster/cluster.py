@@ -280,6 +280,13 @@ class Cluster:
         pid = procs.read_pid(d.pidfile)
         return pid if procs.alive(pid, d.expect) else None
 
+    def stepds(self, jid: int) -> list[int]:
+        """The slurmstepds of this cluster's job `jid` (another cluster on the machine may
+        have a job of the same id: only those holding this cluster's files count)."""
+        r = subprocess.run(["pgrep", "-f", f"slurmstepd: \\[{int(jid)}\\."], capture_output=True,
+                           text=True, check=False)
+        return [int(p) for p in r.stdout.split() if procs.is_under(int(p), self.workdir)]
+
     def is_up(self) -> bool:
         """Every daemon runs (a supervised one may be between two runs: its supervisor runs)."""
         ds = self.daemons()
@@ -468,10 +475,12 @@ class Cluster:
         self._spawn(["slurmd", *(["-b"] if rebooted else []), "-N", node], env=env)
 
     def start_exporters(self, site: Site, every: float = 1.0, tier_s: float = 10.0,
-                        cluster_every: float = 60.0, sacct_every: float = 600.0) -> dict[str, int]:
+                        cluster_every: float = 60.0, sacct_every: float = 600.0,
+                        fast_every: float = 10.0) -> dict[str, int]:
         """A node exporter for every node (its fake devices, as the agent sees them) and the
         cluster exporter, on free loopback ports; `monitor/prometheus.yml` (with its rules)
-        scrapes them. Returns {node or "cluster": port}; `down` stops them."""
+        scrapes them. Returns {node or "cluster": port}; `down` stops them. On a replay clock
+        the exporters run on it: their seconds are the clock's."""
         from slurm_hetero.monitor.render import PrometheusSettings, render_prometheus
 
         meta = self.info()
@@ -484,7 +493,8 @@ class Cluster:
                       "--pidfile", str(self.run / f"exporter-{name}.pid")]
             argv = ([*py, "cluster-exporter", "--site", str(site.path), "--snapshot",
                      str(self.state / "hetero-snapshot.lua"), "--every", f"{cluster_every:g}",
-                     "--sacct-every", f"{sacct_every:g}", *common] if name == "cluster" else
+                     "--sacct-every", f"{sacct_every:g}", "--fast-every", f"{fast_every:g}", *common]
+                    if name == "cluster" else
                     [*py, "node-exporter", "--node", name, "--every", f"{every:g}", "--tier", f"{tier_s:g}",
                      "--arch", arch.get(name, "x86_64"), *common])
             self._spawn(argv, log=self.log / f"exporter-{name}.log")

@@ -25,25 +25,33 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import errno
+import json
+import math
 import os
 import re
+import shutil
 import signal
 import subprocess
 import threading
 import time
+import urllib.parse
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from slurm_hetero.conf.monitoring import RULES, PrometheusSettings, render_prometheus
 from slurm_hetero.devcluster import procs
 from slurm_hetero.devcluster.clock import ClockSpec
 from slurm_hetero.devcluster.cluster import Cluster, bridge_every
 from slurm_hetero.devcluster.replay import DevReplayCluster
 from slurm_hetero.errors import RuntimeFailure
-from slurm_hetero.replay.clockmap import ClockMap
-from slurm_hetero.replay.faults import Fault, dbd_queue
+from slurm_hetero.replay.clockmap import ClockMap, calibrate
+from slurm_hetero.replay.faults import Fault, alert_spans, dbd_queue, scrape_gaps
+from slurm_hetero.site import Site
 from slurm_hetero.slurm.parse import parse_kv_record
 from slurm_hetero.slurm.runner import Runner
+from slurm_hetero.slurm.scontrol import parse_job_devices, show_job_argv
 
 Say = Callable[[str], None]
 Undo = Callable[[], None]
@@ -207,6 +215,11 @@ class Injector:
                 if undo is not None:
                     with contextlib.suppress(Exception):
                         undo()
+            rec["ended_trace_s"] = self.trace_now()
+            try:  # the devices a job's policy was left on, once the fault is over
+                rec["devices_left"] = devices_left(self.c)
+            except Exception as e:  # a check that cannot read costs itself, not the soak
+                rec["devices_left"] = {"problem": f"{type(e).__name__}: {e}"}
             self.say(f"fault {f.kind} done: {'ok' if rec['ok'] else 'NOT ok'} {rec['evidence']}"
                      + (f" ({rec['problem']})" if rec["problem"] else ""))
 
@@ -463,9 +476,31 @@ class SoakCluster(DevReplayCluster):
     injector and undoes a fault in progress (a stopped daemon continued, a mount taken away),
     then stops the cluster."""
 
-    def __init__(self, workdir: Path, timeout: float = 180.0) -> None:
+    def __init__(self, workdir: Path, timeout: float = 180.0, watch: Path | None = None) -> None:
         super().__init__(workdir, timeout)
         self.injector: Injector | None = None
+        self.monitoring: Monitoring | None = None
+        self.watch = watch  # a site file: `up` starts the exporters and Prometheus (`monitor`)
+        self.monitor_problem: str | None = None
+
+    def up(self, site: Site, *, speed: float, bridge: bool, model: Path | None) -> float:
+        """The cluster, then (with `watch`) the monitoring, before the replay's clock map and
+        its t0 are taken: the soak sets `monitoring.t0` once it knows it."""
+        boot = super().up(site, speed=speed, bridge=bridge, model=model)
+        if self.watch is not None:
+            t = time.monotonic()
+            try:
+                self.monitor(self.watch, calibrate(self.runner, speed), 0.0)
+            except RuntimeFailure as e:  # no alerts to check: the soak fails, the replay goes on
+                self.monitor_problem = str(e)
+            boot += time.monotonic() - t
+        return boot
+
+    def monitor(self, site_path: Path, clock: ClockMap, t0: float) -> Monitoring:
+        """The exporters and a Prometheus with the shipped rules (`Monitoring`); `down` stops them."""
+        self.monitoring = Monitoring(self.cluster, site_path, clock, t0)
+        self.monitoring.start()
+        return self.monitoring
 
     def inject(self, faults: list[Fault], clock: ClockMap, t0: float, margin_s: float,
                say: Say | None = None) -> Injector:
@@ -476,6 +511,8 @@ class SoakCluster(DevReplayCluster):
     def down(self) -> None:
         if self.injector is not None:
             self.injector.abort()
+        if self.monitoring is not None:
+            self.monitoring.stop()
         if mounted(self.cluster.state):  # never leave a read-only bind behind
             with contextlib.suppress(RuntimeFailure):
                 writable(self.cluster.state)
@@ -490,3 +527,204 @@ def bridge_margin_s(speed: float) -> float:
     (150.0, 120.0)
     """
     return max(120.0, 3 * bridge_every(ClockSpec(speed)))
+
+
+# ---- devices left with a job's policy --------------------------------------------------------
+def _non_default(d: dict[str, Any]) -> bool:
+    return (float(d.get("limit_w", 0)) != float(d.get("default_w", 0))
+            or d.get("clock_level", "default") != "default" or d.get("npu_mode", "normal") != "normal")
+
+
+def devices_left(c: Cluster) -> dict[str, Any]:
+    """Every node's fake devices (energy/fake.py) whose power/clock state is not the default
+    while no job holds them (the node agent applies a job's policy at its prolog and restores
+    it at its epilog): `left` must be 0. Held: what `scontrol show job -d` says each running
+    job on the node holds; a job whose record cannot be read holds every device of its node
+    (nothing is counted against it)."""
+    out: dict[str, Any] = {"devices": 0, "non_default": 0, "left": 0, "examples": []}
+    for node in c.info().get("nodes", []):
+        path = c.dev / node / "fake-devices.json"
+        try:
+            devs = json.loads(path.read_text())["devices"]
+        except (OSError, ValueError, KeyError):
+            continue
+        out["devices"] += len(devs)
+        changed = [d for d in devs if _non_default(d)]
+        out["non_default"] += len(changed)
+        if not changed:
+            continue
+        held: set[tuple[str, int]] = set()
+        everything = False
+        r = c.runner.run(["squeue", "-h", "-t", "R,CG,S", "-w", node, "-o", "%i"], check=False, timeout=20)
+        if r.returncode != 0:
+            everything = True
+        for jid in r.stdout.split() if r.returncode == 0 else []:
+            j = c.runner.run(show_job_argv(jid, detail=True), check=False, timeout=20)
+            try:
+                got = parse_job_devices(j.stdout, node) if j.returncode == 0 else None
+            except RuntimeFailure:
+                got = None
+            if got is None:
+                everything = True
+                break
+            held |= {(kind, i) for kind, idx in got.items() for i in idx}
+        if everything:
+            continue
+        for d in changed:
+            if (str(d.get("kind")), int(d["index"])) not in held:
+                out["left"] += 1
+                if len(out["examples"]) < 10:
+                    out["examples"].append({"node": node, "kind": d.get("kind"), "index": d["index"],
+                                            "limit_w": d.get("limit_w"), "default_w": d.get("default_w"),
+                                            "clock_level": d.get("clock_level")})
+    return out
+
+
+# ---- exporters and Prometheus -----------------------------------------------------------------
+CLOCK_ENV = ("LD_PRELOAD", "FAKETIME", "FAKETIME_SHARED", "FAKETIME_DONT_RESET")
+
+
+def soak_settings(speed: float, node_targets: list[str], cluster_targets: list[str],
+                  stale_s: int) -> PrometheusSettings:
+    """The shipped rules for a cluster on a replay clock. What they compare, and in whose clock:
+    the exporters run on the cluster's clock, so every value they publish (ages, timestamps) is
+    in faked (trace) seconds, while Prometheus runs on real time (Go reads the clock without
+    libc: libfaketime cannot move it). So limits on published values stay in trace seconds
+    (the snapshot's staleness limit is the cluster's own, `stale_s`: the bridge writes once a
+    real second, `speed` trace seconds, on a replay clock), while Prometheus's own durations
+    (`for:`, range windows, scrape and rule intervals) are real seconds: trace ÷ speed, one
+    second at least. `time()` is rewritten into the cluster's clock (`rules_on_clock`).
+
+    >>> s = soak_settings(50, ["127.0.0.1:1"], ["127.0.0.1:2"], 250)
+    >>> s.alert_for_s, s.heartbeat_lost_s, s.snapshot_stale_s, s.cluster_every_s, s.wait_window_s
+    (1, 250, 250, 60, 72)
+    """
+    def real(trace_s: float) -> int:
+        return max(1, round(trace_s / speed))
+
+    return PrometheusSettings(
+        node_targets=node_targets, cluster_targets=cluster_targets, node_scrape_s=1, cluster_scrape_s=1,
+        cluster_every_s=60, fast_rules_s=1, slow_rules_s=2, alert_for_s=real(60), heartbeat_lost_s=stale_s,
+        snapshot_stale_s=stale_s, stuck_for_s=real(900), agent_errors_window_s=real(600),
+        starving_for_s=real(600), wait_window_s=real(3600), wait_for_s=real(900), fragmented_for_s=real(1800))
+
+
+def rules_on_clock(rules: str, clock: ClockMap) -> str:
+    """The rules with Prometheus's `time()` (real) replaced by the cluster's faked clock at the
+    same instant, so `time() - <a timestamp an exporter published>` compares one clock.
+
+    >>> rules_on_clock("expr: time() - x > 30", ClockMap(100.0, 5000.0, 50.0))
+    'expr: (time() * 50 + (0.000)) - x > 30'
+    """
+    offset = clock.faked0 - clock.real0 * clock.speed
+    return rules.replace("time()", f"(time() * {clock.speed:g} + ({offset:.3f}))")
+
+
+class Monitoring:
+    """The cluster's exporters on its clock and a Prometheus on real time with the shipped
+    rules (`soak_settings`, `rules_on_clock`), for a soak: `start`, then `collect` (the alerts
+    that fired and the exporters' scrape gaps, in trace seconds), then `stop`."""
+
+    def __init__(self, cluster: Cluster, site_path: Path, clock: ClockMap, t0: float) -> None:
+        self.c, self.clock, self.t0 = cluster, clock, t0
+        self.site_path = site_path
+        self.folder = cluster.workdir / "soak-monitor"
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.port = 0
+        self.started_real = 0.0
+        self.settings: PrometheusSettings | None = None
+
+    def trace(self, real: float) -> float:
+        return self.clock.faked(real) - self.t0
+
+    def start(self) -> None:
+        from slurm_hetero.site import load_site
+
+        if shutil.which("prometheus") is None:
+            raise RuntimeFailure("prometheus is not installed (apt-get install prometheus)")
+        speed = self.clock.speed
+        stale = int(self.c.profile(self.c.info()).snapshot_stale_s)
+        # A node exporter reads (and keeps its counters in) the node agent's folder of its node,
+        # which the agent makes at its first prolog: none runs on a replay clock.
+        for node in self.c.info().get("nodes", []):
+            (self.c.agent_dir / node).mkdir(mode=0o755, parents=True, exist_ok=True)
+        # The exporters' seconds are the clock's: a device sample once a real second, the
+        # cluster's round once a trace minute, free devices once a round (not 10 trace s).
+        ports = self.c.start_exporters(load_site(self.site_path), every=min(60.0, speed),
+                                       tier_s=min(600.0, 10 * speed), cluster_every=60.0, sacct_every=0,
+                                       fast_every=0)
+        nodes = [n for n in ports if n != "cluster"]
+        self.settings = soak_settings(speed, [f"127.0.0.1:{ports[n]}" for n in nodes],
+                                      [f"127.0.0.1:{ports['cluster']}"], stale)
+        files = render_prometheus(self.settings)
+        files[RULES] = rules_on_clock(files[RULES], self.clock)
+        self.folder.mkdir(parents=True, exist_ok=True)
+        for name, text in files.items():
+            (self.folder / name).write_text(text)
+        (self.port,) = procs.free_ports(1)
+        env = {k: v for k, v in os.environ.items() if k not in CLOCK_ENV}
+        with open(self.folder / "prometheus.log", "ab") as log:
+            self.proc = subprocess.Popen(
+                ["prometheus", f"--config.file={self.folder / 'prometheus.yml'}",
+                 f"--storage.tsdb.path={self.folder / 'data'}", f"--web.listen-address=127.0.0.1:{self.port}",
+                 "--storage.tsdb.retention.time=1d"],
+                env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                start_new_session=True)
+        self.started_real = time.time()
+        if not procs.wait_until(lambda: self._ready(), 60, 0.5):
+            raise RuntimeFailure("prometheus did not answer in 60 s:\n"
+                                 + (self.folder / "prometheus.log").read_text()[-2000:])
+
+    def _ready(self) -> bool:
+        try:
+            return len(self.query('up{job=~"hetero-.*"} == 1')) == len(self._targets())
+        except (OSError, ValueError, RuntimeFailure):
+            return False
+
+    def _targets(self) -> list[str]:
+        s = self.settings
+        return [] if s is None else [*s.node_targets, *s.cluster_targets]
+
+    def get(self, path: str, **params: str) -> Any:
+        url = f"http://127.0.0.1:{self.port}{path}?{urllib.parse.urlencode(params)}"
+        with urllib.request.urlopen(url, timeout=20) as r:
+            doc = json.loads(r.read())
+        if doc.get("status") != "success":
+            raise RuntimeFailure(f"prometheus {path}: {doc}")
+        return doc["data"]
+
+    def query(self, q: str) -> list[dict[str, Any]]:
+        res: list[dict[str, Any]] = self.get("/api/v1/query", query=q)["result"]
+        return res
+
+    def firing(self) -> set[str]:
+        return {r["metric"].get("alertname", "") for r in self.query('ALERTS{alertstate="firing"}')}
+
+    def collect(self, settle: set[str] | None = None, settle_s: float = 30.0) -> dict[str, Any]:
+        """The alerts that fired and the scrape gaps since `start`, in trace seconds. First, for
+        up to `settle_s` real seconds, until none of `settle` fires (the last fault's alert has
+        time to clear)."""
+        if settle:
+            procs.wait_until(lambda: not (self.firing() & settle), settle_s, 1.0)
+        end = time.time()
+        step = max(1.0, math.ceil((end - self.started_real) / 10000))
+        rng = {"start": f"{self.started_real:.3f}", "end": f"{end:.3f}", "step": f"{step:g}"}
+        alerts = self.get("/api/v1/query_range", query='ALERTS{alertstate="firing"}', **rng)["result"]
+        up = self.get("/api/v1/query_range", query='up{job=~"hetero-.*"}', **rng)["result"]
+        spans = alert_spans(alerts, step, end, self.trace)
+        return {"prometheus_from_s": round(self.trace(self.started_real), 1),
+                "prometheus_to_s": round(self.trace(end), 1),
+                "step_real_s": step, "targets": len(self._targets()),
+                "settings": {k: v for k, v in dataclasses.asdict(self.settings).items() if k.endswith("_s")}
+                if self.settings else {},
+                "alerts": [s.to_json() for s in spans], "scrape_gaps": scrape_gaps(up, step, end, self.trace)}
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc = None

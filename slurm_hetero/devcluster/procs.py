@@ -102,20 +102,21 @@ def stop(pid: int, expect: str, timeout: float = 10.0) -> None:
 
 def processes_under(root: Path) -> list[int]:
     """Pids whose cwd, executable or an open file lies under root (leftover slurmstepds)."""
-    found = []
-    prefix = str(root.resolve()) + "/"
     me = os.getpid()
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == me:
-            continue
-        try:
-            links = [os.readlink(entry / "cwd")]
-            links += [os.readlink(fd) for fd in (entry / "fd").iterdir()]
-        except OSError:
-            continue
-        if any(link.startswith(prefix) for link in links):
-            found.append(int(entry.name))
-    return found
+    return [int(e.name) for e in Path("/proc").iterdir()
+            if e.name.isdigit() and int(e.name) != me and is_under(int(e.name), root)]
+
+
+def is_under(pid: int, root: Path) -> bool:
+    """Whether the process's cwd or an open file lies under root: whose cluster it is, when
+    several run on one machine (job ids repeat across them)."""
+    prefix = str(root.resolve()) + "/"
+    try:
+        links = [os.readlink(f"/proc/{pid}/cwd")]
+        links += [os.readlink(fd) for fd in Path(f"/proc/{pid}/fd").iterdir()]
+    except OSError:
+        return False
+    return any(link.startswith(prefix) for link in links)
 
 
 def command_name(pid: int) -> str:

@@ -175,6 +175,18 @@ def transient(message: str) -> bool:
     return any(t in m for t in TRANSIENT)
 
 
+def wants_energy(trace_id: str, share: float, seed: int) -> bool:
+    """Does this job ask for an energy policy? Seeded per job (the same job, the same answer,
+    whatever the order of submission).
+
+    >>> sum(wants_energy(str(i), 0.3, 36) for i in range(1000)) in range(250, 350)
+    True
+    >>> wants_energy("7", 0.0, 36), wants_energy("7", 1.0, 36)
+    (False, True)
+    """
+    return share > 0 and random.Random(f"{seed}:{trace_id}").random() < share
+
+
 @dataclass
 class PatientSubmitter(Submitter):
     """A Submitter that waits out outages as a user would: an sbatch, release or queue read
@@ -188,6 +200,20 @@ class PatientSubmitter(Submitter):
     after_drain: Callable[[], None] | None = None
     retries: dict[str, int] = field(default_factory=lambda: {"sbatch": 0, "release": 0, "squeue": 0})
     unreleased: list[str] = field(default_factory=list)  # given up on after retry_s
+    # A seeded share of the accelerator jobs asks for an energy policy (`--energy=`), as a
+    # user would through the bridge (a trace such as Alibaba's has none of its own).
+    energy_share: float = 0.0
+    energy_policy: str = "efficiency"
+    energy_seed: int = 0
+    with_energy: list[str] = field(default_factory=list)  # trace ids of the jobs that asked
+
+    def sbatch(self, job: ReplayJob) -> list[str]:
+        argv = super().sbatch(job)
+        if job.accel and self.req.bridge and wants_energy(job.trace_id, self.energy_share, self.energy_seed):
+            argv.insert(argv.index("--hold") + 1, f"--energy={self.energy_policy}")
+            if job.trace_id not in self.with_energy:
+                self.with_energy.append(job.trace_id)
+        return argv
 
     def _run(self, argv: list[str]) -> tuple[bool, str, str]:
         """(ok, stdout, the error's last line)."""
@@ -315,6 +341,8 @@ class Observer:
         self.seen: dict[str, Seen] = {}
         self.listed_last: set[str] = set()
         self.polls = self.failed_polls = 0
+        # (real epoch, pending, running) per answered poll: the queue over time (the timeline)
+        self.counts: list[tuple[float, int, int]] = []
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._loop, name="soak-observer", daemon=True)
@@ -336,7 +364,10 @@ class Observer:
 
     def record(self, text: str) -> None:
         rows = parse_observation(text)
+        pending = sum(1 for r in rows if r[1] == "PENDING")
+        running = sum(1 for r in rows if r[1] in ("RUNNING", "COMPLETING"))
         with self._lock:
+            self.counts.append((round(time.time(), 2), pending, running))
             self.polls += 1
             self.listed_last = {r[0] for r in rows}
             for jid, state, start, end, nodes, reason in rows:
@@ -457,3 +488,162 @@ def audit(submitted: Iterable[str], records: Mapping[str, JobRecord], seen: Mapp
         if s.nodes and rec.nodes != s.nodes:
             differs("nodes", s.nodes, rec.nodes)
     return a
+
+
+# ---- the alerts meant for each fault ------------------------------------------------------
+# The shipped alert (templates/hetero-rules.yml.j2) meant to fire while each fault lasts and
+# to clear once it is over; None where no shipped alert is meant for it, with the reason.
+ALERT_FOR: dict[str, str | None] = {
+    # The snapshot is the daemon's heartbeat: stopped, it writes none.
+    "bridge-stop": "HeteroBridgeHeartbeatLost",
+    # slurmctld down for minutes: the cluster exporter finishes no round.
+    "slurmctld-kill": "HeteroClusterExporterStale",
+    # The bridge daemon cannot write the snapshot into a read-only StateSaveLocation.
+    "state-readonly": "HeteroSnapshotStale",
+    "bridge-kill": None,
+    "slurmctld-restart": None,
+    "slurmdbd-stop": None,
+    "slurmd-kill": None,
+    "clock-skew": None,
+}
+WHY_NO_ALERT: dict[str, str] = {
+    "bridge-kill": "its supervisor starts a new daemon within a round or two: the heartbeat gap is "
+                   "shorter than the heartbeat limit, and a daemon that stays away is bridge-stop's case",
+    "slurmctld-restart": "a restart of seconds; a slurmctld that stays away is slurmctld-kill's case",
+    "slurmdbd-stop": "no shipped exporter metric says slurmdbd is unreachable (the cluster exporter's "
+                     "sacct read only logs its failure; sdiag's DBD agent queue is not exported)",
+    "slurmd-kill": "one node not responding is Slurm's own node state (sinfo, slurmctld's log); "
+                   "HeteroPoolNoCapacity fires only when a pool has no usable device left",
+    "clock-skew": "no exporter publishes a node's clock offset",
+}
+# Alerts may also fire as a consequence (slurmctld down: the bridge daemon's rounds fail too,
+# so its heartbeat goes stale): recorded as `also`, never a failure.
+
+
+@dataclass(frozen=True)
+class AlertSpan:
+    """One alert firing from `start_s` to `end_s` (trace seconds; `end_s` None: still firing
+    at the last sample)."""
+
+    alert: str
+    labels: dict[str, str]
+    start_s: float
+    end_s: float | None
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def spans_of(samples: Sequence[tuple[float, float]], step_s: float, last_s: float,
+             active: Callable[[float], bool] = lambda v: v == 1.0) -> list[tuple[float, float | None]]:
+    """Runs of consecutive samples (time, value) where `active(value)` holds, as (from, to): a
+    run ends at its last sample + `step_s`, or None when it reaches `last_s` (the range's end).
+    A gap of more than 1.5 steps between samples ends a run.
+
+    >>> spans_of([(0, 1), (1, 1), (2, 1), (6, 1), (7, 1)], 1, 7)
+    [(0, 3), (6, None)]
+    >>> spans_of([(0, 1), (1, 0), (2, 0), (3, 1)], 1, 9, active=lambda v: v == 0)
+    [(1, 3)]
+    """
+    out: list[tuple[float, float | None]] = []
+    start = prev = None
+    for t, v in samples:
+        if active(v) and start is not None and prev is not None and t - prev <= 1.5 * step_s:
+            prev = t
+            continue
+        if start is not None and prev is not None:
+            out.append((start, prev + step_s))
+            start = prev = None
+        if active(v):
+            start = prev = t
+    if start is not None and prev is not None:
+        out.append((start, None if prev + 1.5 * step_s >= last_s else prev + step_s))
+    return out
+
+
+def alert_spans(matrix: Sequence[Mapping[str, Any]], step_s: float, last_real: float,
+                to_trace: Callable[[float], float]) -> list[AlertSpan]:
+    """Prometheus's `ALERTS{alertstate="firing"}` over a range (`/api/v1/query_range`'s
+    result: series with `metric` and `values` [[real epoch, "1"], ...]) → the spans each
+    alert fired, in trace seconds (`to_trace`), by start.
+
+    >>> m = [{"metric": {"__name__": "ALERTS", "alertname": "A", "alertstate": "firing", "pool": "p"},
+    ...       "values": [[100, "1"], [101, "1"], [105, "1"]]}]
+    >>> [(s.alert, s.labels, s.start_s, s.end_s) for s in alert_spans(m, 1, 105, lambda t: (t - 100) * 50)]
+    [('A', {'pool': 'p'}, 0.0, 100.0), ('A', {'pool': 'p'}, 250.0, None)]
+    """
+    out = []
+    for series in matrix:
+        metric = dict(series.get("metric", {}))
+        name = metric.pop("alertname", "")
+        for k in ("__name__", "alertstate"):
+            metric.pop(k, None)
+        samples = [(float(t), float(v)) for t, v in series.get("values", [])]
+        for a, b in spans_of(samples, step_s, last_real):
+            out.append(AlertSpan(name, metric, round(to_trace(a), 1),
+                                 None if b is None else round(to_trace(b), 1)))
+    return sorted(out, key=lambda s: (s.start_s, s.alert))
+
+
+def scrape_gaps(matrix: Sequence[Mapping[str, Any]], step_s: float, last_real: float,
+                to_trace: Callable[[float], float]) -> list[dict[str, Any]]:
+    """`up{job=~"hetero-.*"}` over a range → the spans each target did not answer (up == 0),
+    in trace seconds.
+
+    >>> m = [{"metric": {"job": "hetero-node", "instance": "127.0.0.1:9"},
+    ...       "values": [[0, "1"], [1, "0"], [2, "0"], [3, "1"]]}]
+    >>> scrape_gaps(m, 1, 3, lambda t: t * 10)
+    [{'job': 'hetero-node', 'instance': '127.0.0.1:9', 'start_s': 10.0, 'end_s': 30.0}]
+    """
+    out = []
+    for series in matrix:
+        metric = series.get("metric", {})
+        samples = [(float(t), float(v)) for t, v in series.get("values", [])]
+        for a, b in spans_of(samples, step_s, last_real, active=lambda v: v == 0.0):
+            out.append({"job": metric.get("job", ""), "instance": metric.get("instance", ""),
+                        "start_s": round(to_trace(a), 1),
+                        "end_s": None if b is None else round(to_trace(b), 1)})
+    return out
+
+
+def match_alerts(records: Sequence[Mapping[str, Any]], spans: Sequence[AlertSpan], end_s: float,
+                 grace_s: float, meant: Mapping[str, str | None] = ALERT_FOR) -> list[dict[str, Any]]:
+    """Per fault record (`kind`, `started_trace_s`, `ended_trace_s`), the alert meant for it
+    and what Prometheus did: `fired` (a span of that alert began between the fault's start and
+    `grace_s` trace seconds after its end), `cleared` (that span ended before the next fault
+    began, or before `end_s`, the last trace second looked at), when, and every other alert that
+    began in the same stretch (`also`). `ok`: the alert fired and cleared, or none is meant.
+
+    >>> recs = [{"kind": "bridge-stop", "started_trace_s": 100.0, "ended_trace_s": 1000.0},
+    ...         {"kind": "slurmdbd-stop", "started_trace_s": 2000.0, "ended_trace_s": 2600.0}]
+    >>> spans = [AlertSpan("HeteroBridgeHeartbeatLost", {}, 400.0, 1100.0),
+    ...          AlertSpan("HeteroSnapshotStale", {}, 380.0, 1090.0)]
+    >>> got = match_alerts(recs, spans, 5000.0, 300.0)
+    >>> [(g["kind"], g["meant"], g["fired"], g["cleared"], g["ok"], g["also"]) for g in got]
+    ... # doctest: +NORMALIZE_WHITESPACE
+    [('bridge-stop', 'HeteroBridgeHeartbeatLost', True, True, True, ['HeteroSnapshotStale']),
+     ('slurmdbd-stop', None, False, False, True, [])]
+    >>> match_alerts(recs[:1], [AlertSpan("HeteroBridgeHeartbeatLost", {}, 400.0, None)], 5000, 300)[0]["ok"]
+    False
+    """
+    out = []
+    for i, r in enumerate(records):
+        lo = float(r["started_trace_s"])
+        hi = float(r.get("ended_trace_s") or r.get("undone_trace_s") or lo + float(r.get("for_s", 0)))
+        nxt = float(records[i + 1]["started_trace_s"]) if i + 1 < len(records) else end_s
+        want = meant.get(str(r["kind"]))
+        near = [s for s in spans if lo <= s.start_s <= min(hi + grace_s, nxt)]
+        mine = [s for s in near if s.alert == want]
+        first = mine[0] if mine else None
+        cleared = first is not None and first.end_s is not None and first.end_s <= nxt
+        out.append({
+            "kind": r["kind"], "meant": want,
+            "why_none": WHY_NO_ALERT.get(str(r["kind"])) if want is None else None,
+            "fired": first is not None, "fired_s": first.start_s if first else None,
+            "cleared": cleared, "cleared_s": first.end_s if first else None,
+            "fired_after_s": round(first.start_s - lo, 1) if first else None,
+            "cleared_after_end_s": round(first.end_s - hi, 1) if first and first.end_s is not None else None,
+            "also": sorted({s.alert for s in near if s.alert != want}),
+            "ok": want is None or cleared,
+        })
+    return out

@@ -153,13 +153,11 @@ def test_node_failure_requeues_resumes_elsewhere_and_the_node_gets_its_defaults_
     assert wait_until(lambda: c.nodes()[node].state == "idle", 30), c.nodes()[node]
 
 
-def procs_of_job(jid: int) -> list[int]:
+def procs_of_job(c: Cluster, jid: int) -> list[int]:
     """The job's slurmstepds and everything under them."""
     import subprocess
 
-    stepds = subprocess.run(["pgrep", "-f", f"slurmstepd: \\[{jid}\\."], capture_output=True, text=True,
-                            check=False).stdout.split()
-    out = [int(p) for p in stepds]
+    out = c.stepds(jid)
     for p in list(out):
         kids = subprocess.run(["pgrep", "-P", str(p)], capture_output=True, text=True, check=False).stdout
         out += [int(k) for k in kids.split()]

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
 import time
 from typing import Any
 
@@ -185,9 +184,8 @@ def test_restored_after_slurmstepd_is_killed(cluster: Cluster) -> None:
                  "sleep 300")
     node, _, idx = devices_of(cluster, jid)
     assert fake_state(cluster, node, idx[0])["limit_w"] == 240.0
-    def stepds() -> list[str]:
-        return subprocess.run(["pgrep", "-f", f"slurmstepd: \\[{jid}\\."], capture_output=True,
-                              text=True, check=False).stdout.split()
+    def stepds() -> list[int]:
+        return cluster.stepds(jid)
 
     # The prolog runs at allocation; the batch step's slurmstepd follows (later on a busy machine).
     assert wait_until(lambda: bool(stepds()), 30), "no slurmstepd for the job"

@@ -3,7 +3,12 @@ x50 on a fresh dev cluster with the bridge and its model, while the bridge daemo
 SIGSTOPped for 15 trace minutes (past its 150 s margin), slurmdbd is down for 10 and
 slurmctld is restarted. No job may be lost or killed before its user's limit, accounting must agree with
 what slurmctld showed, and each fault must have happened (a stopped daemon's /proc state, new
-pids, a closed port)."""
+pids, a closed port). The exporters and a Prometheus with the shipped rules run meanwhile: the
+alert meant for each fault (replay/faults.py ALERT_FOR) fired and cleared, or none is meant;
+the timeline (faults, alerts, queue) is drawn.
+
+Devices left with a job's policy are not checked here: the KTH site has no accelerators, and a
+replay cluster runs no Prolog/Epilog (the node agent applies no policy there)."""
 
 from __future__ import annotations
 
@@ -68,3 +73,31 @@ def test_each_fault_happened(soak: tuple[int, dict[str, Any]]) -> None:
     assert ctld["pid_after"] and ctld["pid_after"] != ctld["pid_before"]
     dbd = recs["slurmdbd-stop"]["evidence"]
     assert dbd["port_closed"] and dbd["pid_after"] and dbd["pid_after"] != dbd["pid_before"]
+
+
+def test_alerts_meant_for_the_faults_fired_and_cleared(soak: tuple[int, dict[str, Any]]) -> None:
+    _, doc = soak
+    run = doc["runs"]["faulted"]
+    assert run["monitored"] and run["monitor_problem"] is None
+    got = {m["kind"]: m for m in run["alerts"]}
+    assert sorted(got) == ["bridge-stop", "slurmctld-restart", "slurmdbd-stop"]
+    assert all(m["ok"] for m in got.values()), got
+    stop = got["bridge-stop"]
+    assert stop["meant"] == "HeteroBridgeHeartbeatLost" and stop["fired"] and stop["cleared"], stop
+    # it fired while the daemon was stopped, and cleared once it went on
+    rec = next(r for r in doc["faults"]["records"] if r["kind"] == "bridge-stop")
+    assert rec["started_trace_s"] <= stop["fired_s"] <= rec["ended_trace_s"], (stop, rec)
+    assert stop["cleared_s"] >= rec["undone_trace_s"], (stop, rec)
+    for kind in ("slurmctld-restart", "slurmdbd-stop"):
+        assert got[kind]["meant"] is None and got[kind]["why_none"], got[kind]
+    assert run["monitoring"]["targets"] == 5  # 4 node exporters and the cluster's
+
+
+def test_the_timeline_has_the_faults_alerts_and_queue(soak: tuple[int, dict[str, Any]]) -> None:
+    _, doc = soak
+    run = doc["runs"]["faulted"]
+    tl = run["timeline"]
+    assert [f["kind"] for f in tl["faults"]] == [f["kind"] for f in doc["faults"]["schedule"]]
+    assert "HeteroBridgeHeartbeatLost" in {a["alert"] for a in tl["alerts"]}
+    assert len(tl["queue"]) > 10 and max(p[2] for p in tl["queue"]) > 0
+    assert Path(run["timeline_svg"]).read_text().startswith("<?xml")
