@@ -6,6 +6,13 @@ SHELL := /bin/bash
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
+INTEGRATION_WORKERS ?= 2
+# The integration tests' pytest in INTEGRATION_WORKERS processes under a fresh short
+# --basetemp ($$base, for the recipe to remove once they pass); the tests to run follow.
+define run-integration
+base=$$(mktemp -d /tmp/sh-test-XXXXXX) && \
+	$(BIN)/pytest -q -n $(INTEGRATION_WORKERS) --dist loadfile --basetemp=$$base
+endef
 # Debian packages the project needs (Slurm 22.05 on Debian 12, 24.11 on Debian 13).
 DEB_PKGS := slurm-wlm slurmd slurmctld slurmdbd slurm-client munge mariadb-server \
 	libslurm-dev slurm-wlm-basic-plugins-dev runc busybox-static gcc make lua5.1 \
@@ -53,14 +60,17 @@ check: venv
 	$(BIN)/pytest -q -n auto tests/unit tests/lua
 
 integration: deps venv spank
-	$(BIN)/pytest -q tests/integration
+	$(run-integration) $(or $(ARGS),tests/integration) && rm -rf $$base
 
 test: deps venv spank lint
 	$(MAKE) -s -C spank test
-# Unit, Lua and doctests side by side on every core; then the integration tests, which share
-# one booted cluster per session, in one process. --durations: the next cuts in suite time.
+# Unit, Lua and doctests side by side on every core; then the integration tests in
+# INTEGRATION_WORKERS processes, each with its own booted cluster, a test file at a time
+# (the tests of a file share their module's cluster). They mostly wait on Slurm's timers, so
+# two run well on two cores. A short --basetemp: a replay cluster's step sockets live under
+# it (at most 107 characters); kept when a test failed. --durations: the next cuts.
 	$(BIN)/pytest -q -n auto --durations=15 --ignore=tests/integration
-	$(BIN)/pytest -q --durations=40 tests/integration
+	$(run-integration) --durations=40 tests/integration && rm -rf $$base
 
 # The integration suite against Slurm 24.11 (Debian 13's packages in a debootstrapped trixie
 # root, reused; as root): make test-24.11 ARGS='tests/integration/test_bridge.py -x'

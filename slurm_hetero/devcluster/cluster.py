@@ -153,6 +153,8 @@ def without_bridge(slurm_conf: str) -> str:
 
 # Each emulated node is a slurmd process (~6.5 MB, a port); beyond this one machine chokes.
 MAX_LOCAL_NODES = 64
+SOCKET_PATH_MAX = 107  # sun_path holds 108 bytes with the terminating NUL
+STEP_ID_MAX = 4294967291  # the batch step's id in its socket name; job ids below MaxJobId (8 digits)
 
 
 class ClusterMeta(TypedDict, total=False):
@@ -319,6 +321,13 @@ class Cluster:
             raise InputError(f"{site.path or site.name}: the dev cluster runs one slurmd per node; "
                              f"this site has {len(site.all_nodes)} nodes, at most {MAX_LOCAL_NODES} "
                              "run on one machine (use the Ansible role for a real cluster)")
+        longest = max(len(f"{self.spool.resolve()}/{n}/{n}_{'9' * 8}.{STEP_ID_MAX}") for n in site.all_nodes)
+        if longest > SOCKET_PATH_MAX:
+            # slurmstepd's socket is SlurmdSpoolDir/NODE/NODE_JOB.STEP: longer, and every job
+            # fails to launch and is requeued, pending for ever ("socket path ... too long").
+            raise InputError(f"{self.workdir}: too deep for a dev cluster: its step sockets would "
+                             f"be {longest} characters long, a Unix socket path at most "
+                             f"{SOCKET_PATH_MAX}; use a shorter folder")
         if any(self.pid(d) for d in self.daemons()):
             say("a previous cluster in this workdir is partly running: stopping it first")
             self.down(log=say)

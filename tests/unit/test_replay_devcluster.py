@@ -50,3 +50,15 @@ def test_replay_refuses_a_workdir_it_did_not_make_and_empties_its_own(tmp_path: 
     (mine / "leftover").write_text("x")
     DevReplayCluster(mine)._fresh()
     assert sorted(p.name for p in mine.iterdir()) == [MARK]
+
+
+def test_a_workdir_too_deep_for_slurmstepds_sockets_is_refused_before_anything_starts(tmp_path: Path) -> None:
+    """Under pytest-xdist a replay's workdir once came to 111 characters of step socket path:
+    every job failed to launch and was requeued, pending for ever. Now `up` says so first."""
+    from slurm_hetero.cliutil import DEMO_SITE
+    from slurm_hetero.site import load_site
+
+    deep = tmp_path / ("d" * (120 - len(str(tmp_path))))
+    with pytest.raises(InputError, match=r"too deep for a dev cluster: its step sockets would be \d+ characters"):
+        Cluster(deep).up(load_site(DEMO_SITE))
+    assert not deep.exists()  # refused before any folder was made
