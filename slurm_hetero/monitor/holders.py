@@ -25,10 +25,10 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from slurm_hetero.energy.devices import DeviceInfo
 from slurm_hetero.energy.identity import device_with_identity
@@ -134,26 +134,9 @@ class Holders:
         self._owners: dict[str, tuple[int, HeldDevice | None]] = {}
 
     def jobs(self) -> list[JobRecord]:
-        seen: dict[str, tuple[int, JobRecord | None]] = {}
-        try:
-            files = list(self.dir.iterdir())
-        except OSError:
-            files = []
-        for f in files:
-            m = JOB_FILE.fullmatch(f.name)
-            if not m:
-                continue
-            try:
-                st = f.stat()
-            except OSError:
-                continue
-            cached = self._cache.get(f.name)
-            if cached and cached[0] == st.st_mtime_ns:
-                seen[f.name] = cached
-                continue
-            seen[f.name] = (st.st_mtime_ns, _read_record(f, m.group(1), st.st_size))
-        self._cache = seen
-        return [r for _, r in seen.values() if r is not None]
+        self._cache = _scan(self.dir, JOB_FILE, self._cache,
+                            lambda f, m, size: _read_record(f, m.group(1), size))
+        return [r for _, r in self._cache.values() if r is not None]
 
     def devices(self, infos: Sequence[DeviceInfo] = (),
                 jobs: list[JobRecord] | None = None) -> dict[DeviceKey, Holder]:
@@ -169,29 +152,37 @@ class Holders:
     def changed(self, infos: Sequence[DeviceInfo] = ()) -> set[DeviceKey]:
         """Backend devices the agent changed and has not restored (an owner file exists),
         found by the identity the owner file notes, as the agent's own restore finds them."""
-        out: set[DeviceKey] = set()
-        seen: dict[str, tuple[int, HeldDevice | None]] = {}
+        self._owners = _scan(self.dir, OWNER_FILE, self._owners,
+                             lambda f, m, size: _read_owner(f, m.group(1), int(m.group(2)), size))
+        keys = (held.key(infos) for _, held in self._owners.values() if held is not None)
+        return {k for k in keys if k is not None}
+
+
+_T = TypeVar("_T")
+
+
+def _scan(folder: Path, pattern: re.Pattern[str], cache: dict[str, tuple[int, _T | None]],
+          read: Callable[[Path, re.Match[str], int], _T | None]) -> dict[str, tuple[int, _T | None]]:
+    """The records of `folder` whose names match `pattern`, each read again only when its
+    mtime changed (`cache`: the last call's); the new cache ({} when the folder is unreadable)."""
+    seen: dict[str, tuple[int, _T | None]] = {}
+    try:
+        files = list(folder.iterdir())
+    except OSError:
+        return seen
+    for f in files:
+        m = pattern.fullmatch(f.name)
+        if not m:
+            continue
         try:
-            files = list(self.dir.iterdir())
+            st = f.stat()
         except OSError:
-            return out
-        for f in files:
-            m = OWNER_FILE.fullmatch(f.name)
-            if not m:
-                continue
-            try:
-                st = f.stat()
-            except OSError:
-                continue
-            cached = self._owners.get(f.name)
-            if cached is None or cached[0] != st.st_mtime_ns:
-                cached = (st.st_mtime_ns, _read_owner(f, m.group(1), int(m.group(2)), st.st_size))
-            seen[f.name] = cached
-            key = cached[1].key(infos) if cached[1] is not None else None
-            if key is not None:
-                out.add(key)
-        self._owners = seen
-        return out
+            continue
+        cached = cache.get(f.name)
+        if cached is None or cached[0] != st.st_mtime_ns:
+            cached = (st.st_mtime_ns, read(f, m, st.st_size))
+        seen[f.name] = cached
+    return seen
 
 
 def _read_owner(path: Path, kind: str, idx: int, size: int) -> HeldDevice | None:

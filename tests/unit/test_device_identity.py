@@ -1,4 +1,4 @@
-"""Devices by identity (issue 35): a job's GRES index reaches the device that gres.conf's file
+"""Devices by identity: a job's GRES index reaches the device that gres.conf's file
 for that index is, never the backend's device of the same number.
 
 The fake layer stands for NVML here: `minors` gives each device's minor number in NVML's

@@ -1,4 +1,4 @@
-"""The node exporter puts a job on its devices by identity (issue 35), as the agent does.
+"""The node exporter puts a job on its devices by identity, as the agent does.
 
 The fake layer stands for NVML: `minors` gives each device's minor number in NVML's order,
 and gres.conf's /dev/nvidia[0-3] gives Slurm's index i the device of minor i. With minors
