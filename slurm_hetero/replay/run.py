@@ -35,7 +35,7 @@ from slurm_hetero.errors import InputError, RuntimeFailure
 from slurm_hetero.fileio import write_atomic, write_json_atomic
 from slurm_hetero.replay import sacct
 from slurm_hetero.replay.backend import ClusterFactory
-from slurm_hetero.replay.clockmap import calibrate
+from slurm_hetero.replay.clockmap import ClockMap, calibrate
 from slurm_hetero.replay.fidelity import Fidelity, measure
 from slurm_hetero.replay.metrics import (
     Outcome,
@@ -56,6 +56,10 @@ from slurm_hetero.slurm.runner import Runner
 from slurm_hetero.slurm.squeue import SQUEUE_JSON_ARGV
 
 Say = Callable[[str], None]
+# Something that looks at the cluster while an arm replays: started with the cluster's runner
+# and clock map before the first submission; the function it returns stops it, called once
+# the replay stops looking (before sacct is read and the cluster goes down), on failure too.
+Watch = Callable[[Runner, ClockMap], Callable[[], None]]
 
 
 @dataclass(frozen=True)
@@ -311,12 +315,14 @@ def run_arm(factory: ClusterFactory, workdir: Path, site: Site, sel: Selection, 
             arm: Arm, speed: float, model: Path | None = None, say: Say | None = None,
             drain_hours: float | None = None, lead_s: float = 2.0, users: str = "root",
             save: Path | None = None, on_start: Callable[[float], None] | None = None,
-            drain_until: str = "ended", submitter: Callable[..., Submitter] = Submitter) -> ArmResult:
+            drain_until: str = "ended", submitter: Callable[..., Submitter] = Submitter,
+            watch: Watch | None = None) -> ArmResult:
     """Replay `sel` (the window's jobs) on a fresh cluster; `model`: for bridge arms with a
     model. `save`: write the arm's result there as soon as it is known (JSON). `on_start`:
     called with t0 (the faked time of the window's start) before the first submission.
     `drain_until`: "started" stops once every measured job has started (submit.DRAIN_UNTIL).
-    `submitter`: what submits and drains (a Submitter; the soak's rides out outages)."""
+    `submitter`: what submits and drains (a Submitter; the soak's rides out outages).
+    `watch`: see `Watch` (e.g. a sampler of the queue while the jobs wait)."""
     if arm.model and model is None:
         raise InputError(f"arm {arm.name} needs a runtime model (--model)")
     if not sel.jobs:
@@ -360,10 +366,15 @@ def run_arm(factory: ClusterFactory, workdir: Path, site: Site, sel: Selection, 
         sub = submitter(runner, sel.jobs, clock, t0, req, script, cluster.workdir,
                         lead_s=lead_s, say=show, every_s=max(5.0, 120.0 / speed))
         t_replay = time.monotonic()
-        sub.run()
-        deadline = None if drain_hours is None else t0 + (window.hours + drain_hours) * 3600
-        all_ended = sub.drain(deadline, until=drain_until)
-        end_now = clock.now()
+        stop = watch(runner, clock) if watch is not None else None
+        try:
+            sub.run()
+            deadline = None if drain_hours is None else t0 + (window.hours + drain_hours) * 3600
+            all_ended = sub.drain(deadline, until=drain_until)
+            end_now = clock.now()
+        finally:
+            if stop is not None:
+                stop()
         since, until = t0 + first - 3600, end_now + 3600
         text = (sacct.fetch_settled(runner, since, until) if all_ended
                 else sacct.fetch_text(runner, since, until))

@@ -213,6 +213,17 @@ def squeue_start_argv(job_id: str | int) -> list[str]:
     return ["squeue", "--start", "-h", "-j", job_ids([job_id])[0], "-o", "%i %S"]
 
 
+# `squeue --start` of every pending job: the reason last (the only field that is text).
+START_FORMAT = "%i|%S|%r"
+
+
+def squeue_start_all_argv() -> list[str]:
+    """`ID|START|REASON` (START_FORMAT) of every pending job: slurmctld's expected start
+    (epoch seconds under SLURM_TIME_FORMAT=%s, `N/A` when it has none) and the reason it
+    waits (parse.parse_squeue_start)."""
+    return ["squeue", "--start", "-h", "-t", "PD", "-o", START_FORMAT]
+
+
 def show_config_argv() -> list[str]:
     """slurmctld's running configuration (`Key = Value` lines; SlurmUser among them)."""
     return ["scontrol", "show", "config"]

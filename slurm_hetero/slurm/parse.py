@@ -200,3 +200,30 @@ def parse_slurm_time(text: str | None) -> float | None:
         return time.mktime(time.strptime(text or "", "%Y-%m-%dT%H:%M:%S"))
     except ValueError:
         return None
+
+
+@dataclass(frozen=True)
+class StartEstimate:
+    """One pending job of `squeue --start` (commands.squeue_start_all_argv)."""
+
+    job_id: str
+    start: float | None  # slurmctld's expected start, epoch seconds; None: it has none (N/A)
+    reason: str  # why it waits (%r): Resources, Priority, JobHeldUser, a limit, None, ...
+
+
+def parse_squeue_start(text: str) -> dict[str, StartEstimate]:
+    """`squeue --start -h -o "%i|%S|%r"` under SLURM_TIME_FORMAT=%s → {job id: estimate}.
+    A line that is not `ID|START|REASON` is skipped; the reason keeps any `|` it holds.
+
+    >>> est = parse_squeue_start("12|1796108800|Resources\\n13|N/A|None\\n")
+    >>> est["12"].start, est["13"].start, est["13"].reason
+    (1796108800.0, None, 'None')
+    """
+    out: dict[str, StartEstimate] = {}
+    for line in text.splitlines():
+        parts = line.strip().split("|", 2)
+        if len(parts) != 3 or not re.fullmatch(r"\d+(?:[_+]\d+)?", parts[0]):
+            continue
+        start = float(parts[1]) if parts[1].isdigit() and int(parts[1]) > 0 else None
+        out[parts[0]] = StartEstimate(parts[0], start, parts[2].strip() or "None")
+    return out
