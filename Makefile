@@ -10,7 +10,7 @@ INTEGRATION_WORKERS ?= 2
 # The integration tests' pytest in INTEGRATION_WORKERS processes under a fresh short
 # --basetemp ($$base, for the recipe to remove once they pass); the tests to run follow.
 define run-integration
-base=$$(mktemp -d /tmp/sh-test-XXXXXX) && \
+base=$$(mktemp -d /tmp/sh-XXXXXX) && \
 	$(BIN)/pytest -q -n $(INTEGRATION_WORKERS) --dist loadfile --basetemp=$$base
 endef
 # Debian packages the project needs (Slurm 22.05 on Debian 12, 24.11 on Debian 13).

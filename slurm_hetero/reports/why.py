@@ -13,6 +13,11 @@ Two start estimates: Slurm's (the backfill scheduler's plan: it counts every run
 full time limit) and ours (the same queue replayed in priority order without backfill,
 each running job ending at the bridge's p50 prediction where it has one, else at its
 limit). Ours is a guess about the work; Slurm's is a plan about the limits.
+
+A job that asks no GPUs/NPUs gets the same answer in CPUs: its pool is the site's CPU-only
+nodes of its partition (`cpu@ARCH`, as site.pools.group_pool names them), free CPUs per node
+are the site's CPUs less what squeue shows the running jobs holding there, and a job asking
+`-n N` with no node count is packed as Slurm packs it, onto the nodes with the most free.
 """
 
 from __future__ import annotations
@@ -286,6 +291,9 @@ class QJob:
     admin_comment: str
     dependency: str
     queued: QueuedJob = field(repr=False, compare=False)  # as the capacity snapshot reads it
+    # A pending job's most nodes (-N N, -N A-B); 0: not set (22.05 packs 0 once the job started).
+    max_nodes: int = 0
+    cpus_by_node: tuple[tuple[str, int], ...] = ()  # holding: the CPUs it holds on each of its nodes
 
     @property
     def pending(self) -> bool:
@@ -308,6 +316,49 @@ def _obj(v: Any) -> dict[str, Any]:
     return v if isinstance(v, dict) else {}
 
 
+def _alloc_cpus(raw: dict[str, Any], nodes: tuple[str, ...], total: float) -> tuple[tuple[str, int], ...]:
+    """The CPUs a holding job has on each node: 24.11's `job_resources.nodes.allocation[].cpus.count`;
+    22.05's `job_resources.allocated_nodes[]`, whose cores marked allocated are counted and
+    scaled to the job's `total` allocated CPUs (a core brings its threads); else, where neither
+    is there, `total` split evenly over `nodes` (the first nodes take the remainder).
+
+    >>> res = {"allocated_nodes": [{"nodename": "a", "sockets": {"0": {"cores": {"0": "allocated",
+    ...        "1": "allocated"}}}}, {"nodename": "b", "sockets": {"0": {"cores": {"3": "allocated"}}}}]}
+    >>> _alloc_cpus({"job_resources": res}, ("a", "b"), 6.0), _alloc_cpus({}, ("a", "b", "c"), 7.0)
+    ((('a', 4), ('b', 2)), (('a', 3), ('b', 2), ('c', 2)))
+    """
+    res = _obj(raw.get("job_resources"))
+    got: dict[str, float] = {}
+    alloc = _obj(res.get("nodes")).get("allocation")
+    if isinstance(alloc, list):  # 24.11
+        for a in alloc:
+            name, n = _obj(a).get("name"), json_number(_obj(_obj(a).get("cpus")).get("count"))
+            if isinstance(name, str) and name and n:
+                got[name] = got.get(name, 0.0) + n
+    else:  # 22.05: a list (or a map by index) of nodes, each socket's cores by state
+        an = res.get("allocated_nodes")
+        items = list(an.values()) if isinstance(an, dict) else an if isinstance(an, list) else []
+        cores: dict[str, int] = {}
+        for a in items:
+            name = _obj(a).get("nodename")
+            if not isinstance(name, str) or not name:
+                continue
+            cores[name] = cores.get(name, 0) + sum(
+                1 for sock in _obj(_obj(a).get("sockets")).values()
+                for v in _obj(_obj(sock).get("cores")).values()
+                if isinstance(v, str) and v.lower().startswith("alloc"))
+        whole = sum(cores.values())
+        if whole and total:
+            got = {n: total * c / whole for n, c in cores.items() if c}
+    if got:
+        return tuple((n, round(c)) for n, c in got.items())
+    if not nodes or total <= 0:
+        return ()
+    # Per-node CPUs not in the answer: an even split (uneven layouts, -n 30 as 25 + 5, are off).
+    base, extra = divmod(int(total), len(nodes))
+    return tuple((n, base + (1 if i < extra else 0)) for i, n in enumerate(nodes))
+
+
 def _qjob(raw: dict[str, Any], tres: Callable[[str], Mapping[str, float]] | None = None) -> QJob:
     """`tres`: reads a TRES string (parse_queue's shares one read among identical strings)."""
     tres = tres or tres_numbers
@@ -319,6 +370,7 @@ def _qjob(raw: dict[str, Any], tres: Callable[[str], Mapping[str, float]] | None
     uid = json_number(raw.get("user_id"))
     limit = None if q.time_limit_min is None else q.time_limit_min * 60.0
     eligible = json_number(raw.get("eligible_time"))
+    tres_alloc = tres(_text(raw.get("tres_alloc_str"))) if q.state in HOLDING else {}
     return QJob(
         job_id=q.job_id, name=q.name, state=q.state, reason=q.reason or "None", user=q.user,
         user_id=None if uid is None else int(uid), account=_text(raw.get("account")),
@@ -326,9 +378,11 @@ def _qjob(raw: dict[str, Any], tres: Callable[[str], Mapping[str, float]] | None
         submit=q.submit_time, eligible=eligible or None, start=q.start_time, limit_s=limit, nodes=nodes,
         node_count=q.node_count, tres_per_node=q.tres_per_node, features=q.features,
         tres_req=tres(_text(raw.get("tres_req_str"))),
-        tres_alloc=tres(_text(raw.get("tres_alloc_str"))) if q.state in HOLDING else {},
+        tres_alloc=tres_alloc,
         gres_detail=q.gres_detail, admin_comment=q.admin_comment, dependency=_text(raw.get("dependency")),
-        queued=q)
+        queued=q, max_nodes=int(json_number(raw.get("max_nodes")) or 0),
+        cpus_by_node=_alloc_cpus(raw, nodes, tres_alloc.get("cpu") or json_number(raw.get("cpus")) or 0.0)
+        if nodes else ())
 
 
 def parse_queue(text: str) -> list[QJob]:
@@ -588,6 +642,122 @@ def node_capacity(view: SiteView, sinfo_text: str) -> list[NodeFree]:
     return out
 
 
+# ---- CPU pools: jobs that ask no GPUs/NPUs ------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CpuGroup:
+    """A node group without accelerators, as a CPU job's pool reads it (`cpu@ARCH`, the name
+    site.pools.group_pool gives it)."""
+
+    pool: str
+    arch: str
+    partitions: frozenset[str]
+    nodes: tuple[str, ...]
+    cpus: int  # per node
+
+
+def cpu_groups(view: SiteView) -> list[CpuGroup]:
+    return [CpuGroup(f"cpu@{g.architecture}", g.architecture, frozenset(g.partitions), tuple(g.nodes), g.cpus)
+            for g in view.site.node_groups if not g.accelerators]
+
+
+@dataclass(frozen=True)
+class CpuNeed:
+    """The CPUs a job without GPUs/NPUs asks for, in one of `pools` (`cpu@ARCH`: the site's
+    CPU-only nodes of that arch in its partition). `nodes` 0: no node count pinned (`-n N`
+    alone): Slurm packs it onto the nodes with the most CPUs free, as many as it takes, so it
+    can start once its pool has `cpus` free in all (`per_node` is then `cpus`). Else
+    `per_node` CPUs on each of `nodes` nodes (-N 1; -N K with its CPUs split evenly)."""
+
+    pools: tuple[str, ...]
+    cpus: int
+    per_node: int
+    nodes: int
+
+    @property
+    def spread(self) -> bool:
+        return self.nodes == 0
+
+
+def cpu_need(job: QJob, groups: list[CpuGroup]) -> CpuNeed | None:
+    """The CPU pools `job` waits for (None: it asks a GRES, or its partition has no CPU-only
+    nodes). The arch from its features, as job_need reads it; other features are not looked at."""
+    if _gres_items(job.tres_per_node):
+        return None
+    words = set(_WORD.findall(job.features)) if job.features else set()
+    arches = [a for a in ARCHES if a in words] or list(ARCHES)
+    parts = {p for p in job.partition.split(",") if p}
+    keys = tuple(dict.fromkeys(g.pool for a in arches for g in groups
+                               if g.arch == a and (not parts or parts & g.partitions)))
+    if not keys:
+        return None
+    cpus = max(1, math.ceil(job.tres_req.get("cpu", 0.0) - 1e-9))
+    n = max(1, job.node_count)
+    if job.max_nodes == 1:
+        return CpuNeed(keys, cpus, cpus, 1)
+    if n > 1 and job.max_nodes == n:
+        return CpuNeed(keys, cpus, math.ceil(cpus / n), n)
+    # No node count pinned (or a range, or a minimum only, which this reading leaves out).
+    return CpuNeed(keys, cpus, cpus, 0)
+
+
+def cpu_pool_nodes(groups: list[CpuGroup], pool: str, partition: str) -> dict[str, int]:
+    """The nodes of `pool` a job of `partition` may use, with their CPUs."""
+    parts = {p for p in partition.split(",") if p}
+    return {n: g.cpus for g in groups if g.pool == pool and (not parts or parts & g.partitions)
+            for n in g.nodes}
+
+
+def cpu_capacity(nodes: Mapping[str, int], pool: str, sinfo_text: str,
+                 jobs: Iterable[QJob]) -> list[NodeFree]:
+    """Free CPUs per node of a CPU pool: the node's CPUs (the site's) less those every holding
+    job has there (squeue's allocation, whatever the job asked); 0 on a node sinfo shows in
+    a state that takes no new job (down, drained, ...). A node sinfo does not list is left out."""
+    held: dict[str, int] = {}
+    for j in jobs:
+        if j.holding:
+            for node, n in j.cpus_by_node:
+                if node in nodes:
+                    held[node] = held.get(node, 0) + n
+    usable = usable_nodes(sinfo_text)
+    return [NodeFree(node, pool, nodes[node],
+                     max(0, nodes[node] - held.get(node, 0)) if node in usable else 0)
+            for node in _sinfo_states(sinfo_text) if node in nodes]
+
+
+def _sinfo_states(sinfo_text: str) -> dict[str, str]:
+    """Node → state of `sinfo_capacity_argv()` lines (a node once, as its first line shows it)."""
+    out: dict[str, str] = {}
+    for line in sinfo_text.splitlines():
+        fields = [f.strip() for f in line.split("|")]
+        if len(fields) >= 5 and fields[0] not in out:
+            out[fields[0]] = fields[1]
+    return out
+
+
+def usable_nodes(sinfo_text: str) -> set[str]:
+    """The nodes sinfo shows in a state that takes new jobs (node_capacity's reading).
+
+    >>> sorted(usable_nodes("a|idle|||f|\\nb|drained|||f|\\nc|down*|||f|\\nd|mixed|||f|\\n"))
+    ['a', 'd']
+    """
+    return {n for n, state in _sinfo_states(sinfo_text).items()
+            if not any(w in state.lower() for w in _UNUSABLE)}
+
+
+def cpu_holders(jobs: Iterable[QJob], nodes: Mapping[str, int], now: float) -> list[Holder]:
+    """The jobs holding CPUs on `nodes`, earliest expected end first (`devices`: their CPUs there)."""
+    out = []
+    for j in jobs:
+        if not j.holding:
+            continue
+        held = [(n, c) for n, c in j.cpus_by_node if n in nodes and c > 0]
+        if held:
+            out.append(_holder(j, held, now))
+    return sorted(out, key=lambda h: (h.expected_end or math.inf, h.job_id))
+
+
 # ---- times: by the limit, by the prediction ---------------------------------------------------
 
 
@@ -632,26 +802,35 @@ def holders(jobs: Iterable[QJob], view: SiteView, pool: str, now: float) -> list
         held = [(n, c) for n, p, c in held_devices(j, view) if p == pool]
         if not held:
             continue
-        comment = j.comment
-        p50, p90 = _pred(comment)
-        pred = _obj(comment.get("pred"))
-        start = j.start
-        out.append(Holder(
-            j.job_id, j.user, j.qos, sum(c for _, c in held), tuple(n for n, _ in held), start,
-            start + j.limit_s if start and j.limit_s else None,
-            start + p50 if start and p50 else None, start + p90 if start and p90 else None,
-            bool(pred.get("shortened")), expected_end(j, now)))
+        out.append(_holder(j, held, now))
     return sorted(out, key=lambda h: (h.expected_end or math.inf, h.job_id))
+
+
+def _holder(j: QJob, held: list[tuple[str, int]], now: float) -> Holder:
+    comment = j.comment
+    p50, p90 = _pred(comment)
+    pred = _obj(comment.get("pred"))
+    start = j.start
+    return Holder(
+        j.job_id, j.user, j.qos, sum(c for _, c in held), tuple(n for n, _ in held), start,
+        start + j.limit_s if start and j.limit_s else None,
+        start + p50 if start and p50 else None, start + p90 if start and p90 else None,
+        bool(pred.get("shortened")), expected_end(j, now))
 
 
 def simulate_starts(free: dict[str, int], releases: Iterable[tuple[float, str, int]],
                     queue: list[tuple[int, int, float | None]], now: float) -> list[float | None]:
     """When each job of `queue` (per node, nodes, duration or None for no end), in priority
-    order, could start on nodes with `free` devices now and `releases` (time, node, devices)
-    to come, if none may pass another (no backfill). None: never, as far as these ends tell.
+    order, could start on nodes with `free` units (devices, CPUs) now and `releases` (time,
+    node, units) to come, if none may pass another (no backfill). None: never, as far as these
+    ends tell. `nodes` 0: `per_node` units in all, on any nodes, those with the most free
+    first (Slurm's packing of `-n N` with no node count).
 
     >>> simulate_starts({"a": 0, "b": 1}, [(100.0, "a", 2)], [(2, 1, 50.0), (2, 1, None), (1, 1, None)], 0.0)
     [100.0, 150.0, 150.0]
+    >>> simulate_starts({"a": 3, "b": 2}, [(100.0, "a", 5)], [(4, 0, 50.0), (4, 1, None), (6, 0, None),
+    ...                                                  (1, 0, None)], 0.0)
+    [0.0, 100.0, 100.0, None]
     """
     free = dict(free)
     events = [(t, i, node, n) for i, (t, node, n) in enumerate(releases)]
@@ -660,6 +839,25 @@ def simulate_starts(free: dict[str, int], releases: Iterable[tuple[float, str, i
     cursor = now
     starts: list[float | None] = []
     for per_node, nodes, duration in queue:
+        if nodes == 0:  # spread: enough in all
+            while sum(v for v in free.values() if v > 0) < per_node:
+                if not events:
+                    return starts + [None] * (len(queue) - len(starts))
+                t, _, node, n = heapq.heappop(events)
+                cursor = max(cursor, t)
+                free[node] = free.get(node, 0) + n
+            left = per_node
+            for node in sorted((n for n, v in free.items() if v > 0), key=lambda n: (-free[n], n)):
+                take = min(free[node], left)
+                free[node] -= take
+                left -= take
+                if duration is not None:
+                    seq += 1
+                    heapq.heappush(events, (cursor + duration, seq, node, take))
+                if left <= 0:
+                    break
+            starts.append(cursor)
+            continue
         while sum(1 for v in free.values() if v >= per_node) < nodes:
             if not events:
                 # Nothing frees enough: this job and every one after it waits on ends we cannot see.
@@ -1044,12 +1242,14 @@ def _minutes_text(seconds: float) -> str:
     return str(m) if m < 60 else f"{m // 60}:{m % 60:02d}:00"
 
 
-def suggest_time(job: QJob, reason: Reason, need: Need | None, cap: list[NodeFree], ahead: int,
+def suggest_time(job: QJob, reason: Reason, need: Need | CpuNeed | None, cap: list[NodeFree], ahead: int,
                  ahead_starts: list[float], pool_holders: list[Holder], facts: list[LimitFact],
-                 view: SiteView, now: float, checked: str) -> list[Suggestion]:
+                 view: SiteView, now: float, checked: str, fits_now: bool | None = None,
+                 unit: str = "devices") -> list[Suggestion]:
     """A time limit that lets it start: the partition's or QoS's maximum when its limit is
-    above it; or a backfill window: devices are free now but kept for `ahead` jobs ahead of
-    it in its pool (`ahead_starts`: Slurm's planned starts of those that have one)."""
+    above it; or a backfill window: devices (`unit`) are free now but kept for `ahead` jobs
+    ahead of it in its pool (`ahead_starts`: Slurm's planned starts of those that have one).
+    `fits_now`: whether what it asks is free now (None: `cap` tells, per node)."""
     out = []
     hint = f"scontrol update jobid={job.job_id} TimeLimit="
     if reason.code == "PartitionTimeLimit":
@@ -1070,7 +1270,9 @@ def suggest_time(job: QJob, reason: Reason, need: Need | None, cap: list[NodeFre
                                       (f"{f.where} MaxWall {f.value}",)))
     if need is None or reason.code not in ("Resources", "Priority") or not job.limit_s or not ahead:
         return out  # with no job ahead in its pool, free devices are kept for nobody
-    if not any(_fits_now(cap, p, need.per_node, need.nodes) for p in need.pools):
+    if fits_now is None:
+        fits_now = any(_fits_now(cap, p, need.per_node, need.nodes) for p in need.pools)
+    if not fits_now:
         return out  # nothing free: no shorter limit starts it before the devices come back
     # Backfill plans with time limits: the free devices are promised to the job ahead at
     # Slurm's estimate of its start, else when the next limit in the pool runs out.
@@ -1085,7 +1287,7 @@ def suggest_time(job: QJob, reason: Reason, need: Need | None, cap: list[NodeFre
     t = _minutes_text(gap)
     basis = ("Slurm's estimated start of the job ahead" if ahead_starts
              else "the next time limit there runs out")
-    what = (f"may start sooner with --time={t}: devices it needs are free now until about "
+    what = (f"may start sooner with --time={t}: {unit} it needs are free now until about "
             f"{_clock(window_end)} ({basis}); backfill may start a job that ends by then, if Slurm's "
             "next backfill pass finds it fits (Slurm's decision, not ours)")
     if p50 is not None:
@@ -1221,6 +1423,9 @@ def build_why(inp: Inputs, site: Site, now: float | None = None) -> Why:
         w.waited_s = max(0.0, job.start - since) if job.start and since else None
         if need is not None:
             w.pool = {"key": need.pools[0] if len(need.pools) == 1 else None, "candidates": list(need.pools)}
+        elif (cpu := cpu_need(job, cpu_groups(view))) is not None:
+            w.pool = {"key": cpu.pools[0] if len(cpu.pools) == 1 else None, "candidates": list(cpu.pools),
+                      "unit": "CPUs"}
         p50, p90 = _pred(comment)
         w.estimates = {"ends_by_limit": job.start + job.limit_s if job.start and job.limit_s else None,
                        "ends_p50": job.start + p50 if job.start and p50 else None,
@@ -1254,8 +1459,7 @@ def build_why(inp: Inputs, site: Site, now: float | None = None) -> Why:
                                     else "squeue --start" if slurm_est else None),
                    "ours": None, "ours_basis": None}
     if need is None:
-        w.notes.append("it asks for no GPUs/NPUs: no pool to look at")
-        return w
+        return _why_cpu(w, job, reason, inp, view, now, checked)
     if inp.sinfo_text is None:
         w.notes.append("sinfo did not answer: free devices unknown, so no estimate of ours and no "
                        "suggestion that needs them")
@@ -1290,20 +1494,7 @@ def build_why(inp: Inputs, site: Site, now: float | None = None) -> Why:
     w.pool = {"key": pool, "candidates": list(need.pools), "per_node": need.per_node, "nodes": need.nodes,
               "free": c.free, "total": c.total, "free_max_node": c.free_max_node, "pending": c.pending,
               "running": [h.as_dict() for h in hs]}
-    # A limit that holds it frees when enough of the jobs it counts end.
-    full = [f for f in w.limits if f.binding]
-    frees = [f.frees_at for f in full]
-    if blocked:
-        w.estimates["ours_basis"] = f"none: it cannot start until its {reason.code} is resolved"
-    elif rank == math.inf:
-        w.estimates["ours_basis"] = "none: no end of the jobs in the pool can be foreseen (no time limits)"
-    elif any(t is None for t in frees):
-        w.estimates["ours_basis"] = (f"none: when {full[0].where} {full[0].field} frees up cannot be "
-                                     "foreseen from the queue")
-    else:
-        w.estimates["ours"] = max([rank, now, *(t for t in frees if t is not None)])
-        w.estimates["ours_basis"] = basis + "".join(f"; and when {f.where} {f.field} leaves room"
-                                                    for f in full)
+    _set_ours(w, reason, blocked, rank, basis, now)
 
     if reason.code == "JobHeldUser":
         w.suggestions.append(Suggestion("release", "release the hold: it then waits like any other job",
@@ -1335,6 +1526,111 @@ def build_why(inp: Inputs, site: Site, now: float | None = None) -> Why:
     allowed = _allowed_qos(inp.assoc_rows, job)
     w.suggestions += suggest_tiers(job, reason, need, inp.jobs, inp.qos_rows or {}, allowed, view, now)
     return w
+
+
+def _set_ours(w: Why, reason: Reason, blocked: bool, rank: float, basis: str, now: float) -> None:
+    """Our estimate from the pool's simulated start (`rank`, inf: none) and the limits that
+    hold the job: a limit frees when enough of the jobs it counts end."""
+    full = [f for f in w.limits if f.binding]
+    frees = [f.frees_at for f in full]
+    if blocked:
+        w.estimates["ours_basis"] = f"none: it cannot start until its {reason.code} is resolved"
+    elif rank == math.inf:
+        w.estimates["ours_basis"] = "none: no end of the jobs in the pool can be foreseen (no time limits)"
+    elif any(t is None for t in frees):
+        w.estimates["ours_basis"] = (f"none: when {full[0].where} {full[0].field} frees up cannot be "
+                                     "foreseen from the queue")
+    else:
+        w.estimates["ours"] = max([rank, now, *(t for t in frees if t is not None)])
+        w.estimates["ours_basis"] = basis + "".join(f"; and when {f.where} {f.field} leaves room"
+                                                    for f in full)
+
+
+_BLOCKED = ("hold", "never", "dependency", "time")
+
+
+def _why_cpu(w: Why, job: QJob, reason: Reason, inp: Inputs, view: SiteView, now: float,
+             checked: str) -> Why:
+    """A pending job that asks no GPUs/NPUs: the same answer over CPUs. Its pool is the
+    site's CPU-only nodes of its partition (per arch, `cpu@ARCH`); free CPUs per node come from
+    the site's CPUs per node less the CPUs squeue shows running jobs holding there (a drained
+    or down node: none); the running jobs release theirs at their expected ends; the jobs ahead
+    of it for the same pool go first, with the CPUs they ask. Memory is not looked at."""
+    groups = cpu_groups(view)
+    need = cpu_need(job, groups)
+    if need is None:
+        w.notes.append("it asks for no GPUs/NPUs and its partition has no CPU-only nodes of the site"
+                       if not _gres_items(job.tres_per_node) else
+                       "it asks for no GPUs/NPUs the site places (another GRES): no pool to look at")
+        return w
+    if inp.sinfo_text is None:
+        w.notes.append("sinfo did not answer: node states unknown, so no estimate of ours and no "
+                       "suggestion that needs free CPUs")
+    blocked = reason.kind in _BLOCKED
+    pending = [(j, n) for j in inp.jobs if j.pending and (n := cpu_need(j, groups)) is not None]
+    ahead = sorted(((j, n) for j, n in pending if j.job_id != job.job_id and _ahead(j, job)
+                    and explain_reason(j.reason).kind not in _BLOCKED),
+                   key=lambda jn: (-jn[0].priority, jn[0].job_id))
+    best: tuple[float, str, dict[str, int], list[NodeFree], list[Holder], list[float], str, int] | None = None
+    for pool in need.pools:
+        nodes = cpu_pool_nodes(groups, pool, job.partition)
+        text = inp.sinfo_text or ""
+        cap = cpu_capacity(nodes, pool, text, inp.jobs)
+        usable = usable_nodes(text) & set(nodes)
+        hs = cpu_holders(inp.jobs, nodes, now)
+        ahead_here = [(j, n) for j, n in ahead if n.pools == (pool,)]
+        free = {c.node: c.free for c in cap if c.node in usable}
+        # A job's CPUs come back at its expected end, on the nodes that take new jobs.
+        releases = [(t, node, n) for j in inp.jobs if j.holding and (t := expected_end(j, now)) is not None
+                    for node, n in j.cpus_by_node if node in usable]
+        queue = [(n.per_node, n.nodes, _duration(j)) for j, n in ahead_here]
+        queue.append((need.per_node, need.nodes, None))
+        ours = simulate_starts(free, releases, queue, now)[-1] if cap else None
+        ahead_starts = [j.start for j, _ in ahead_here if j.start and j.start > now]
+        before = (f"the {len(ahead_here)} job(s) ahead of it for this pool" if ahead_here
+                  else "no job ahead of it")
+        basis = (f"the running jobs' predicted ends (p50, else their limit), {before}; in priority order, "
+                 "without backfill; CPUs only")
+        rank = ours if ours is not None else math.inf
+        if best is None or rank < best[0]:
+            best = (rank, pool, nodes, cap, hs, ahead_starts, basis, len(ahead_here))
+    assert best is not None
+    rank, pool, nodes, cap, hs, ahead_starts, basis, n_ahead = best
+    biggest = max(nodes.values(), default=1)
+    w.pool = {"key": pool, "candidates": list(need.pools), "unit": "CPUs", "cpus": need.cpus,
+              "spread": need.spread,
+              # spread: as packed onto whole free nodes of the pool's largest size
+              "per_node": min(need.cpus, biggest) if need.spread else need.per_node,
+              "nodes": math.ceil(need.cpus / biggest) if need.spread else need.nodes,
+              "free": sum(c.free for c in cap), "total": sum(c.total for c in cap),
+              "free_max_node": max((c.free for c in cap), default=0),
+              "pending": sum(n.cpus for j, n in pending if j.state == "PENDING" and pool in n.pools),
+              "running": [h.as_dict() for h in hs]}
+    _set_ours(w, reason, blocked, rank, basis, now)
+
+    if reason.code == "JobHeldUser":
+        w.suggestions.append(Suggestion("release", "release the hold: it then waits like any other job",
+                                        f"scontrol release {job.job_id}", (),
+                                        ("squeue: held by its owner (JobHeldUser)",)))
+    own_free = bool(cap) and _cpus_fit(cap, need)
+    if reason.code == "Priority" and own_free:
+        first = [j for j, _ in ahead if j.partition == job.partition][:3]
+        w.notes.append("the CPUs it needs are free now: "
+                       + (f"job(s) {', '.join(str(j.job_id) for j in first)} ahead of it in partition "
+                          f"{job.partition} hold back Slurm's main scheduler; " if first else "")
+                       + "the backfill scheduler starts it at a next pass if it delays none of them")
+    w.suggestions += suggest_time(job, reason, need, cap, n_ahead, ahead_starts, hs, w.limits, view, now,
+                                  checked, fits_now=own_free, unit="CPUs")
+    allowed = _allowed_qos(inp.assoc_rows, job)
+    w.suggestions += suggest_tiers(job, reason, None, inp.jobs, inp.qos_rows or {}, allowed, view, now)
+    return w
+
+
+def _cpus_fit(cap: list[NodeFree], need: CpuNeed) -> bool:
+    """Are the CPUs `need` asks free now on the nodes `cap` counts?"""
+    if need.spread:
+        return sum(c.free for c in cap) >= need.cpus
+    return sum(1 for c in cap if c.free >= need.per_node) >= need.nodes
 
 
 def _ahead(other: QJob, job: QJob) -> bool:
@@ -1519,14 +1815,20 @@ def print_why(w: Why, console: Any) -> None:
     if p is not None:
         more = f" (it may also run in {', '.join(k for k in p['candidates'] if k != p['key'])})" \
             if len(p["candidates"]) > 1 else ""
+        unit = p.get("unit", "devices")
+        if p.get("spread"):
+            asks = (f"it asks {p['cpus']} CPU(s) on any nodes, as many as it takes"
+                    + (f" (at least {p['nodes']}: {p['per_node']} per node)" if p["nodes"] > 1 else ""))
+        else:
+            asks = (f"it asks {p['per_node']} {'device(s)' if unit == 'devices' else unit}"
+                    + (f" on each of {p['nodes']} nodes" if p["nodes"] > 1 else " on one node"))
         console.print(Text.assemble(
-            ("pool: ", "bold"), f"{p['key']}{more}: it asks {p['per_node']} device(s)"
-            + (f" on each of {p['nodes']} nodes" if p["nodes"] > 1 else " on one node")
+            ("pool: ", "bold"), f"{p['key']}{more}: {asks}"
             + f"; {p['free']} of {p['total']} free now ({p['free_max_node']} on one node)"
             + (f"; waiting jobs ask {p['pending']} (this one included)" if p["pending"] else "")))
         if p["running"]:
             t = RichTable(title=Text("held by", style="bold"), title_justify="left", box=None, padding=(0, 2))
-            for col in ("job", "user", "devices", "nodes", "ends by its limit", "predicted end (p50 / p90)"):
+            for col in ("job", "user", unit, "nodes", "ends by its limit", "predicted end (p50 / p90)"):
                 t.add_column(col)
             for h in p["running"][:SHOW_RUNNING]:
                 p90 = _clock(h["ends_p90"]) if h["ends_p90"] else fmt.MISSING

@@ -123,7 +123,7 @@ def test_node_failure_requeues_resumes_elsewhere_and_the_node_gets_its_defaults_
     assert wait_until(lambda: first_log.exists() and first_log.read_text().count("commit") >= 3, 40)
     # The node dies: its slurmd, and everything the job runs there (no epilog will come).
     os.kill(slurmd_pid(c, node), signal.SIGKILL)
-    for pid in procs_of_job(jid):
+    for pid in procs_of_job(c, jid):
         os.kill(pid, signal.SIGKILL)
     try:
         # What slurmctld does once SlurmdTimeout has passed without an answer.

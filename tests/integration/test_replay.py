@@ -32,7 +32,7 @@ def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, ArmResult]:
     df = read_trace(DATA / "kth-window.swf")
     sel = select(df, WINDOW, Capacity.of(site))
     assert len(sel.jobs) == 52 and not sel.skipped
-    work = tmp_path_factory.mktemp("replay")
+    work = tmp_path_factory.mktemp("rp")
     model = train_model(df, WINDOW, work / "predict.lua")
     out = {}
     for name in ("plain", "bridge"):
@@ -85,7 +85,7 @@ def alibaba(tmp_path_factory: pytest.TempPathFactory) -> tuple[Selection, dict[s
     df = read_trace(TRACES / "alibaba-gpu-2023-head-pods.csv")
     sel = select(df, ALIBABA_WINDOW, Capacity.of(site), mix=ModelMix(site), one_node=True)
     assert len(sel.jobs) == 4 and not sel.skipped and all(j.accel == 1 and j.fixed_gres for j in sel.jobs)
-    work = tmp_path_factory.mktemp("replay-alibaba")
+    work = tmp_path_factory.mktemp("ra")
     out = {name: run_arm(DevReplayCluster, work / name, site, sel, ALIBABA_WINDOW, ARMS[name], SPEED,
                          say=print, drain_hours=0.5)
            for name in ("plain", "bridge-nomodel")}
@@ -131,7 +131,7 @@ WORK_JOB = ReplayJob("1", 0, 600, 30, 1, 1, "u1", True, None, True)
 @pytest.fixture(scope="module")
 def work_arms(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, ArmResult]]:
     site = load_site(DATA / "alibaba-site-small.yaml")
-    work = tmp_path_factory.mktemp("replay-work")
+    work = tmp_path_factory.mktemp("rw")
     out = {name: run_arm(DevReplayCluster, work / name, site, Selection([WORK_JOB]), Window(0, 0.25), ARMS[name],
                          SPEED, say=print, drain_hours=1.0)
            for name in ("bridge-work", "bridge-migrate-running")}
