@@ -44,7 +44,11 @@ class FakeSlurm:
 
     def on(self, command: str, answer: str | Answer) -> FakeSlurm:
         """Answer `command` with fixed text, or with what `answer(argv, env)` returns."""
-        self.answers[command] = answer if callable(answer) else (lambda argv, env, text=answer: text)
+        if callable(answer):
+            self.answers[command] = answer
+        else:
+            text = answer
+            self.answers[command] = lambda argv, env: text
         return self
 
     def fail(self, command: str, stderr: str, returncode: int = 1) -> FakeSlurm:

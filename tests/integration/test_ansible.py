@@ -18,6 +18,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -141,7 +142,7 @@ def test_role_deploys_in_order_then_changes_nothing(cluster: Cluster, tmp_path: 
     hosts = tmp_path / "hosts"
     prometheus_config(hosts / "prom" / "prometheus", cluster.etc / "hetero-scrape.yml")
     own = (hosts / "prom" / "prometheus" / "prometheus.yml").read_text()
-    units = {"slurm_hetero_sampler": True, "slurm_hetero_bridge": True, "slurm_hetero_exporters": True}
+    units: dict[str, Any] = {"slurm_hetero_sampler": True, "slurm_hetero_bridge": True, "slurm_hetero_exporters": True}
     r = deploy(cluster, tmp_path, inv, **units)
     assert r.returncode == 0, r.stdout[-3000:]
     assert all(n > 0 for n in changed(r).values()) and set(changed(r)) == {"ctl", "node1", "prom"}
@@ -341,7 +342,7 @@ def test_compute_nodes_need_the_node_agent_installed(cluster: Cluster, tmp_path:
 
 def test_role_fails_only_on_nodes_the_deployment_made_unusable(cluster: Cluster, tmp_path: Path) -> None:
     inv = inventory(tmp_path, {"slurm_controller": ["ctl"]})
-    quick = {"slurm_hetero_verify_retries": 2, "slurm_hetero_verify_delay": 1}
+    quick: dict[str, Any] = {"slurm_hetero_verify_retries": 2, "slurm_hetero_verify_delay": 1}  # Any: mypy checks **-dict values against deploy's src too
     cluster.runner.run(["scontrol", "update", "NodeName=cpu-arm-01", "State=DRAIN", "Reason=in repair"])
     try:
         # A node drained before (in repair) is reported, not held against the deployment.
@@ -387,7 +388,7 @@ def test_manifest_says_which_hosts_get_which_file(cluster: Cluster, tmp_path: Pa
 def test_role_input_errors_are_clear(cluster: Cluster, tmp_path: Path, bad: str) -> None:
     src = tmp_path / "src"
     shutil.copytree(cluster.etc, src)
-    manifest = {"version": 1, "files": [{"name": "slurm.conf", "hosts": "all"}]}
+    manifest: dict[str, Any] = {"version": 1, "files": [{"name": "slurm.conf", "hosts": "all"}]}
     conf_src, expect = str(src), ""
     groups: dict[str, list[str]] = {"slurm_controller": ["ctl"]}
     more: dict[str, str] = {}
@@ -439,9 +440,9 @@ def test_role_installs_the_package_then_changes_nothing(cluster: Cluster, tmp_pa
     wheel = next(dist.glob("slurm_hetero-*.whl"))
     inv = inventory(tmp_path, {"slurm_compute": ["node1"]})
     host = tmp_path / "hosts" / "node1"
-    where = {"slurm_hetero_package": str(wheel), "slurm_hetero_python": sys.executable,
-             "slurm_hetero_venv": str(host / "venv"), "slurm_hetero_bin_dir": str(host / "bin"),
-             "slurm_hetero_lib_dir": str(host / "lib")}
+    where: dict[str, Any] = {"slurm_hetero_package": str(wheel), "slurm_hetero_python": sys.executable,
+                             "slurm_hetero_venv": str(host / "venv"), "slurm_hetero_bin_dir": str(host / "bin"),
+                             "slurm_hetero_lib_dir": str(host / "lib")}
     r = deploy(cluster, tmp_path, inv, **where)
     assert r.returncode == 0, r.stdout[-3000:]
     for name in ("slurm-hetero", "slurm-hetero-prolog", "slurm-hetero-epilog", "slurm-hetero-restore"):

@@ -213,8 +213,12 @@ def test_a_failing_site_prolog_still_drains_and_requeues(cluster: Cluster, site_
         assert reason == "Prolog error", reason
         # Requeued held once its epilogs ran: COMPLETING until then (longer on a busy machine).
         states: list[str] = []
-        assert wait_until(lambda: states.append(cluster.runner.out(
-            ["squeue", "-h", "-j", str(jid), "-o", "%T %r"]).strip()) or states[-1].startswith("PENDING"), 60), states
+
+        def requeued() -> bool:
+            states.append(cluster.runner.out(["squeue", "-h", "-j", str(jid), "-o", "%T %r"]).strip())
+            return states[-1].startswith("PENDING")
+
+        assert wait_until(requeued, 60), states
         assert "held" in states[-1], states
         # 50-site-b failed, so 10-site-a never ran; every epilog did, the agent's first (it
         # restores the job's devices whatever the site's scripts do).

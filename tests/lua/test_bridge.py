@@ -259,7 +259,7 @@ def test_checkpoint_rejections(js: JobSubmit, opts: dict[str, str], message: str
     {"features": "aarch64", "qos": "gold"},
     {},
 ])
-def test_plain_jobs_untouched(js: JobSubmit, fields: dict[str, str]) -> None:
+def test_plain_jobs_untouched(js: JobSubmit, fields: dict[str, Any]) -> None:  # Any: see JobSubmit.submit's **fields
     rc, desc = js.submit(**fields)
     assert rc == 0 and desc == fields and js.logs == []
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -221,7 +221,7 @@ def test_bridge_lua_alone_decides_with_a_snapshot(tmp_path: Path) -> None:
 # allocate hundreds of MiB. Memory is measured with the collector stopped, so everything the
 # attempt allocated is still counted afterwards.
 
-SNAPSHOT_MAX_BYTES = int(re.search(r"^local SNAPSHOT_MAX_BYTES = (\d+)$", bridge_source(), re.M)[1])
+SNAPSHOT_MAX_BYTES = int(cast(re.Match[str], re.search(r"^local SNAPSHOT_MAX_BYTES = (\d+)$", bridge_source(), re.M))[1])
 MEASURE = """function(f, ...)
     collectgarbage("collect"); collectgarbage("stop")
     local before = collectgarbage("count")

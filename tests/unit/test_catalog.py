@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from slurm_hetero.site.catalog import (
+    AccelModel,
     Normalization,
     builtin_catalog_data,
     model_from_fields,
@@ -16,7 +17,7 @@ REQUIRED = ["v100", "a100-40gb", "a100-80gb", "h100", "h200", "l40s", "gh200", "
             "mi300x", "ascend-910b", "ascend-310p"]
 
 
-def catalog() -> dict[str, object]:
+def catalog() -> dict[str, AccelModel]:
     raw = builtin_catalog_data()
     return normalize({k: model_from_fields(k, v) for k, v in raw.items()}, Normalization())
 
@@ -34,7 +35,7 @@ def test_every_required_model_has_datasheet_figures() -> None:
 
 def test_normalized_units() -> None:
     cat = catalog()
-    units = {k: m.units for k, m in cat.items()}  # type: ignore[attr-defined]
+    units = {k: m.units for k, m in cat.items()}
     assert units["a100-80gb"] == 1.0  # the reference
     # h100: 0.6*989/312 + 0.2*80/80 + 0.2*3350/2039
     assert units["h100"] == round(0.6 * 989 / 312 + 0.2 + 0.2 * 3350 / 2039, 2) == 2.43

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from slurm_hetero.bridge import daemon
-from slurm_hetero.bridge.daemon import ExtendPolicy, FactorPolicy, job_row, user_limit
+from slurm_hetero.bridge.daemon import ExtendPolicy, job_row, user_limit
+from slurm_hetero.jobs.sitefactor import FactorPolicy
 from slurm_hetero.slurm.squeue import parse_squeue_json
 
 CAPTURED = Path(__file__).resolve().parents[1] / "data" / "captured"

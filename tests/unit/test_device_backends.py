@@ -10,6 +10,7 @@ exercised by benchmarks/gpu_energy.py on a device machine.
 
 from __future__ import annotations
 
+import importlib
 import sys
 import types
 from dataclasses import dataclass, field
@@ -55,10 +56,12 @@ class AmdGpu:
 def fake_amdsmi(gpus: list[AmdGpu], legacy_energy_key: bool = False) -> types.ModuleType:
     m = types.ModuleType("amdsmi")
     m.AmdSmiException = AmdSmiException  # type: ignore[attr-defined]
-    m.AmdSmiInitFlags = IntEnum("AmdSmiInitFlags", "INIT_ALL_PROCESSORS INIT_AMD_GPUS")  # type: ignore[attr-defined]
-    m.AmdSmiClkType = IntEnum("AmdSmiClkType", "SYS GFX MEM")  # type: ignore[attr-defined]
-    perf = IntEnum("AmdSmiDevPerfLevel", "AUTO LOW HIGH MANUAL")
-    m.AmdSmiDevPerfLevel = perf  # type: ignore[attr-defined]
+    AmdSmiInitFlags = IntEnum("AmdSmiInitFlags", "INIT_ALL_PROCESSORS INIT_AMD_GPUS")
+    m.AmdSmiInitFlags = AmdSmiInitFlags  # type: ignore[attr-defined]
+    AmdSmiClkType = IntEnum("AmdSmiClkType", "SYS GFX MEM")
+    m.AmdSmiClkType = AmdSmiClkType  # type: ignore[attr-defined]
+    AmdSmiDevPerfLevel = IntEnum("AmdSmiDevPerfLevel", "AUTO LOW HIGH MANUAL")
+    m.AmdSmiDevPerfLevel = AmdSmiDevPerfLevel  # type: ignore[attr-defined]
 
     def guard(h: AmdGpu, what: str) -> None:
         if what in h.unsupported:
@@ -70,12 +73,12 @@ def fake_amdsmi(gpus: list[AmdGpu], legacy_energy_key: bool = False) -> types.Mo
         h.cap_uw = cap
 
     def set_perf(h: AmdGpu, level: Any) -> None:
-        assert isinstance(level, perf)
+        assert isinstance(level, AmdSmiDevPerfLevel)
         guard(h, "perf")
         h.perf, h.clk_range = level.name, None  # assumed: a perf level drops a set clock range
 
     def set_range(h: AmdGpu, lo: int, hi: int, kind: Any) -> None:
-        assert kind == m.AmdSmiClkType.GFX  # type: ignore[attr-defined]
+        assert kind == m.AmdSmiClkType.GFX
         h.perf, h.clk_range = "MANUAL", (lo, hi)
 
     def energy(h: AmdGpu) -> dict[str, Any]:
@@ -145,7 +148,8 @@ def test_amd_policy_then_reset(gpus: list[AmdGpu]) -> None:
     layer.set_gpu_clock_level(0, "9999")  # MHz above the part's range: clamped
     assert gpus[0].clk_range == (500, 2100)
     layer.reset(0)
-    assert (gpus[0].cap_uw, gpus[0].perf, gpus[0].clk_range) == (750_000_000, "AUTO", None)
+    g = gpus[0]  # a fresh name: mypy would keep gpus[0].clk_range narrowed by the assert above across reset()
+    assert (g.cap_uw, g.perf, g.clk_range) == (750_000_000, "AUTO", None)
 
 
 def test_amd_reset_restores_the_cap_when_clocks_are_not_controllable(gpus: list[AmdGpu]) -> None:
@@ -161,7 +165,7 @@ def test_amd_missing_library_means_no_devices(monkeypatch: pytest.MonkeyPatch) -
     def no_library(name: str) -> Any:
         raise OSError("Could not load libamd_smi.so")
 
-    monkeypatch.setattr(amd.importlib, "import_module", no_library)
+    monkeypatch.setattr(importlib, "import_module", no_library)
     layer = amd.AmdSmiDevices()
     assert layer.devices() == [] and "libamd_smi.so" in layer.why
     with pytest.raises(ControlUnsupported):

@@ -409,6 +409,7 @@ def test_probe_names_what_would_make_slurm_and_the_agent_disagree() -> None:
 
 def test_container_wrapper_refuses_gpus_it_cannot_place(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from slurm_hetero.containers import wrapper
+    from slurm_hetero.errors import RuntimeFailure
     from tests.unit.container_fixtures import dev_tree
 
     tree = dev_tree(tmp_path)
@@ -426,6 +427,6 @@ def test_container_wrapper_refuses_gpus_it_cannot_place(tmp_path: Path, monkeypa
     (Path(tree.conf.slurm_conf).parent / "gres.conf").write_text("NodeName=cpu-x86-01 AutoDetect=nvml\n")
     assert wrapper.node_allocation(tree.conf, "12", "cpu-x86-01") == {} and asked == ["cpu-x86-01"]
     held["gpu"] = [0]
-    with pytest.raises(wrapper.RuntimeFailure, match=r"gres\.conf has AutoDetect=nvml for cpu-x86-01: slurmd "
-                                                     r"orders its GPUs itself"):
+    with pytest.raises(RuntimeFailure, match=r"gres\.conf has AutoDetect=nvml for cpu-x86-01: slurmd "
+                                             r"orders its GPUs itself"):
         wrapper.node_allocation(tree.conf, "12", "cpu-x86-01")

@@ -78,7 +78,7 @@ def test_a_guessed_random_name_is_not_followed(tmp_path: Path, victim: Path,
         calls["n"] += 1
         return b"\0" * n if calls["n"] <= 3 else real(n)
 
-    monkeypatch.setattr(fileio.os, "urandom", urandom)
+    monkeypatch.setattr(os, "urandom", urandom)
     guessed = fileio.temp_name("f", b"\0" * fileio.TOKEN_BYTES)
     (tmp_path / guessed).symlink_to(victim)
     write_atomic(tmp_path / "f", "mine\n")
@@ -88,7 +88,7 @@ def test_a_guessed_random_name_is_not_followed(tmp_path: Path, victim: Path,
 
 
 def test_gives_up_when_every_name_is_taken(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, victim: Path) -> None:
-    monkeypatch.setattr(fileio.os, "urandom", lambda n: b"\1" * n)
+    monkeypatch.setattr(os, "urandom", lambda n: b"\1" * n)
     (tmp_path / fileio.temp_name("f", b"\1" * fileio.TOKEN_BYTES)).symlink_to(victim)
     with pytest.raises(FileExistsError):
         write_atomic(tmp_path / "f", "x")
@@ -110,7 +110,7 @@ def test_failure_leaves_the_old_file_and_no_temp(tmp_path: Path, monkeypatch: py
     def broken_replace(*args: object, **kw: object) -> None:
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(fileio.os, "replace", broken_replace)
+    monkeypatch.setattr(os, "replace", broken_replace)
     with pytest.raises(OSError, match="No space left"):
         write_atomic(target, "new\n")
     assert target.read_text() == "old\n"
@@ -124,7 +124,7 @@ def test_write_failure_leaves_the_old_file_and_no_temp(tmp_path: Path, monkeypat
     def broken_write(fd: int, data: object) -> int:
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(fileio.os, "write", broken_write)
+    monkeypatch.setattr(os, "write", broken_write)
     with pytest.raises(OSError, match="No space left"):
         write_atomic(target, "new\n", sync=True)
     assert target.read_text() == "old\n"
@@ -135,7 +135,7 @@ def test_interrupt_leaves_no_temp(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     def interrupted(fd: int) -> None:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(fileio.os, "fsync", interrupted)
+    monkeypatch.setattr(os, "fsync", interrupted)
     with pytest.raises(KeyboardInterrupt):
         write_atomic(tmp_path / "f", "x", sync=True)
     assert list(tmp_path.iterdir()) == []

@@ -4,7 +4,9 @@ departures, the view as of a time, and the readers (SWF, Alibaba pods, sacct).""
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -28,7 +30,7 @@ NAN = math.nan
 
 
 def table(rows: list[tuple[str, str, float, float, float, float, float]]) -> pd.DataFrame:
-    cols = list(zip(*rows, strict=True)) if rows else [[]] * 7
+    cols: list[Sequence[object]] = list(zip(*rows, strict=True)) if rows else [[]] * 7
     return demand_table(job=cols[0], pool=cols[1], amount=cols[2], submit=cols[3], start=cols[4],
                         end=cols[5], limit=cols[6])
 
@@ -143,7 +145,7 @@ def test_alibaba_cut_pools_and_never_scheduled_pods() -> None:
     assert t.loc["openb-pod-5948", "pool"] == TRACE_POOL_GPU
     assert t.loc["openb-pod-5948", "amount"] == pytest.approx(0.46)
     assert t.loc["openb-pod-5957", "pool"] == TRACE_POOL_CPU and t.loc["openb-pod-5957", "amount"] == 32.0
-    pending = t.loc["openb-pod-5978"]
+    pending: Any = t.loc["openb-pod-5978"]  # a row: the stubs say any cell
     assert math.isnan(pending["start"]) and pending["end"] == 12336663
     assert src.tz is None and t["limit"].isna().all()
 
@@ -177,7 +179,7 @@ def test_sacct_allocations_in_units_per_pool(site: Site) -> None:
 
 
 def test_sacct_queue_rows(site: Site) -> None:
-    t = parse_sacct_demand((DATA / "sacct-handwritten.psv").read_text(), site).set_index("job")
+    t: Any = parse_sacct_demand((DATA / "sacct-handwritten.psv").read_text(), site).set_index("job")  # cells: any scalar
     units = {m.id: m.units for m in site.models_in_use}
     # pending, untyped gres/gpu=2, no nodes: the cheapest GPU model (the bridge's static order)
     assert t.loc["101", "pool"] == "v100@x86_64" and t.loc["101", "amount"] == pytest.approx(2 * units["v100"])

@@ -55,7 +55,7 @@ def scored() -> Scores:
     out: Scores = {}
     for h in HORIZONS:
         actual, truth = feats.target(k, h), clean_feats.target(k, h)
-        forecasts = {m: predict(m, feats, k, h, model, "gpu@x86_64")  # type: ignore[arg-type]
+        forecasts = {m: predict(m, feats, k, h, model, "gpu@x86_64")
                      for m in ("lightgbm", "persistence", "seasonal_day")}
         forecasts["truth"] = truth
         for m, f in forecasts.items():

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import Path
+from typing import cast
 
 import pytest
 from click.testing import CliRunner
@@ -14,11 +15,11 @@ from click.testing import CliRunner
 from slurm_hetero.cli import main
 from slurm_hetero.errors import InputError
 from slurm_hetero.reports import write_html
+from slurm_hetero.reports.jobid import check_job_id
 from slurm_hetero.reports.jobpage import (
     JobPage,
     build_page,
     caller_may_see,
-    check_job_id,
     page_report,
     queued,
 )
@@ -51,7 +52,7 @@ def site() -> Site:
 
 
 def facts(page: JobPage) -> dict[str, dict[str, str]]:
-    return page.as_dict()["groups"]
+    return cast(dict[str, dict[str, str]], page.as_dict()["groups"])
 
 
 def test_captured_records_parse() -> None:

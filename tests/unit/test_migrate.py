@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -79,7 +79,7 @@ def test_where_the_daemon_may_move_jobs_the_bridge_places_them_movable(site: Sit
     # A tier whose limits cap models keeps typed GRES: Slurm counts those caps only on typed
     # requests (two untyped diamond jobs held 4 V100s past diamond's gres/gpu:v100=2 on 22.05).
     for opts, fields in (({"accel": "nvidia:2", "tier": "diamond"}, {}), ({"accel": "nvidia:2"}, {"qos": "diamond"})):
-        rc, desc = js.submit(opts, **fields)
+        rc, desc = js.submit(opts, **cast(dict[str, Any], fields))  # mypy checks str values against srun too
         assert desc["tres_per_node"] == "gres:gpu:v100:2" and "movable" not in desc["admin_comment"], opts
     rc, desc = js.submit({"accel": "nvidia:2", "tier": "silver"})
     assert desc["tres_per_node"] == "gres:gpu:2"  # silver has no limits: movable

@@ -3,7 +3,9 @@ the STATE an export made then would hold; each job counts once; only what Slurm 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -14,7 +16,7 @@ from slurm_hetero.errors import InputError
 from slurm_hetero.predict import features as F
 from slurm_hetero.predict.export_lua import users_state
 from slurm_hetero.predict.synthetic import workload
-from slurm_hetero.predict.tail import KEEP, read_tail, tail_doc, user_states, write_tail
+from slurm_hetero.predict.tail import KEEP, UserJobs, read_tail, tail_doc, user_states, write_tail
 from slurm_hetero.slurm.parse import SACCT_DELIMITER, check_trusted
 from slurm_hetero.slurm.runner import Runner
 
@@ -45,6 +47,7 @@ def test_the_tail_gives_the_exported_state(jobs: pd.DataFrame, tmp_path: Path) -
 def _rows(df: pd.DataFrame) -> str:
     """What `sacct_ended_argv(..., FIELDS)` prints for these jobs (epoch times)."""
     lines = []
+    r: Any  # a row: its fields typed by the frame's columns, which the stubs cannot know
     for i, r in enumerate(df.itertuples()):
         v = {"JobIDRaw": str(1000 + i), "User": r.user, "State": "COMPLETED", "Submit": str(int(r.submit)),
              "Start": str(int(r.start)), "End": str(int(r.end)), "ElapsedRaw": str(int(r.runtime_s)),
@@ -142,8 +145,13 @@ def test_only_the_users_whose_jobs_changed_are_computed_again(jobs: pd.DataFrame
     online.take(_rows(after))
     online.publish(later)
     computed: list[set[str]] = []
-    real = H.user_states
-    monkeypatch.setattr(H, "user_states", lambda users: computed.append(set(users)) or real(users))
+    real = user_states  # what the history module imports and calls by that name
+
+    def counting(users: Mapping[str, UserJobs]) -> dict[str, list[float]]:
+        computed.append(set(users))
+        return real(users)
+
+    monkeypatch.setattr(H, "user_states", counting)
     one = after[after["user"] == after["user"].iloc[0]].iloc[:1].assign(end=later - 1)
     online.take(_rows(one).replace("1000", "99999", 1))  # a new job id of that user
     online.publish(later)

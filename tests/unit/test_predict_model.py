@@ -7,6 +7,7 @@ from datetime import datetime
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 from click.testing import CliRunner
 
@@ -28,13 +29,13 @@ SWF = "".join(f"{i} {i * 300} 5 {100 + (i % 7) * 50} 4 -1 -1 4 {1800 if i % 2 el
 
 
 @pytest.fixture(scope="module")
-def table() -> object:
+def table() -> pd.DataFrame:
     return synthetic.workload(jobs=3000, users=25, seed=1)
 
 
 @pytest.fixture(scope="module")
-def trained(table: object) -> Model:
-    return train(table, FAST)  # type: ignore[arg-type]
+def trained(table: pd.DataFrame) -> Model:
+    return train(table, FAST)
 
 
 def test_metrics() -> None:
@@ -43,8 +44,8 @@ def test_metrics() -> None:
     assert m["under"] == 0 and m["mae_s"] == pytest.approx(50 / 3)
 
 
-def test_predictions_stay_within_the_request(trained: Model, table: object) -> None:
-    df = table  # type: ignore[assignment]
+def test_predictions_stay_within_the_request(trained: Model, table: pd.DataFrame) -> None:
+    df = table
     h = F.History.build(df)
     central, upper = trained.predict(h, df)
     req = df["req_time_s"].to_numpy(float)
@@ -56,12 +57,12 @@ def test_predictions_stay_within_the_request(trained: Model, table: object) -> N
     assert np.isfinite(c2).all() and (u2 >= c2).all()
 
 
-def test_save_and_load(trained: Model, table: object, tmp_path: Path) -> None:
+def test_save_and_load(trained: Model, table: pd.DataFrame, tmp_path: Path) -> None:
     path = tmp_path / "m.json"
     trained.save(path)
     back = Model.load(path)
-    h = F.History.build(table)  # type: ignore[arg-type]
-    a, b = trained.predict(h, table), back.predict(h, table)  # type: ignore[arg-type]
+    h = F.History.build(table)
+    a, b = trained.predict(h, table), back.predict(h, table)
     assert np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1])
     assert (back.quantile, back.upper_shift, back.partitions) == (0.9, trained.upper_shift, {"cpu": 0, "gpu": 1})
     assert back.central.num_trees() == FAST.student_rounds  # the lean student is what is kept
@@ -70,15 +71,15 @@ def test_save_and_load(trained: Model, table: object, tmp_path: Path) -> None:
         Model.load(tmp_path / "bad.json")
 
 
-def test_training_rejects_bad_params_and_tiny_tables(table: object) -> None:
+def test_training_rejects_bad_params_and_tiny_tables(table: pd.DataFrame) -> None:
     with pytest.raises(InputError, match="--quantile"):
-        train(table, TrainParams(quantile=1.5))  # type: ignore[arg-type]
+        train(table, TrainParams(quantile=1.5))
     with pytest.raises(InputError, match="usable jobs"):
-        train(table.iloc[:10], FAST)  # type: ignore[attr-defined]
+        train(table.iloc[:10], FAST)
 
 
-def test_evaluate_time_ordered(table: object) -> None:
-    df = table  # type: ignore[assignment]
+def test_evaluate_time_ordered(table: pd.DataFrame) -> None:
+    df = table
     cut, test = split(df, 0.25)
     assert (test["submit"] >= cut).all() and len(test) == pytest.approx(750, abs=5)
     [r] = evaluate(df, params=FAST)

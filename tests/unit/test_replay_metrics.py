@@ -205,6 +205,7 @@ def test_fidelity_start_and_runtime_errors_and_the_refusal() -> None:
     same = compare(a, a, fid)
     assert not same.comparable and "within the replay's own error" in same.why
     # ...nor one whose waits differ less than the p90 start error.
+    assert a.ave_bsld is not None
     closer = PoolFigures(ALL, ave_bsld=a.ave_bsld * 10, wait_mean=(a.wait_mean or 0) + 1)
     v = compare(a, closer, fid)
     assert not v.comparable and "start-time error" in v.why

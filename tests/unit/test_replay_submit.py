@@ -77,7 +77,7 @@ def test_jobs_are_held_ahead_and_released_at_their_time_a_burst_in_one_call(tmp_
 
 def test_a_refused_submission_is_recorded_not_fatal(tmp_path: Path) -> None:
     class Refusing(FakeSlurm):
-        def run(self, argv: Sequence[str], **kw: object) -> subprocess.CompletedProcess[str]:  # type: ignore[override]
+        def run(self, argv: Sequence[str], **kw: object) -> subprocess.CompletedProcess[str]:
             if argv[0] == "sbatch" and "--job-name=r1" in argv:
                 return subprocess.CompletedProcess(list(argv), 1, "", "sbatch: error: Invalid account\n")
             return super().run(argv)
@@ -97,7 +97,7 @@ def test_drain_until_started_stops_once_every_measured_job_has_left_the_queue(tm
     class Queue(FakeSlurm):
         states: dict[str, str] = field(default_factory=dict)
 
-        def run(self, argv: Sequence[str], **kw: object) -> subprocess.CompletedProcess[str]:  # type: ignore[override]
+        def run(self, argv: Sequence[str], **kw: object) -> subprocess.CompletedProcess[str]:
             if argv[0] == "squeue":
                 out = "".join(f"{i} {st}\n" for i, st in self.states.items())
                 return subprocess.CompletedProcess(list(argv), 0, out, "")
@@ -126,7 +126,7 @@ def test_calibration_refuses_a_client_off_the_shared_clock() -> None:
             super().__init__()
             self.base, self.speed = time.time(), speed
 
-        def run(self, argv: Sequence[str], **kw: object) -> subprocess.CompletedProcess[str]:  # type: ignore[override]
+        def run(self, argv: Sequence[str], **kw: object) -> subprocess.CompletedProcess[str]:
             return subprocess.CompletedProcess(list(argv), 0, f"{self.base + (time.time() - self.base) * self.speed}\n", "")
 
     c = calibrate(Date(20.0), 20.0, check_after=0.2)

@@ -44,6 +44,7 @@ def test_captured_events_and_reservations_parse() -> None:
     assert ev[1].reason == "maint: fan | swap"  # the admin's `|` stays in the last field
     assert ev[1].devices() == {"gpu:h100": 8} and ev[0].devices() == {}
     (r,) = parse_reservations(RESV)
+    assert r.end is not None
     assert (r.name, r.maintenance, r.nodes, r.end - r.start) == ("maint1", True, "v100-01", 60.0)
     with pytest.raises(ValueError, match="expected 6"):
         parse_events("h100-01|1|2|DRAIN\n")
@@ -156,6 +157,7 @@ def _day(t: float) -> str:
 
 def test_captured_24_11_events() -> None:
     (ev,) = parse_events((CAPTURED / "sacctmgr-event-24.11.txt").read_text())
+    assert ev.end is not None
     assert (ev.node, ev.state, ev.end - ev.start, ev.reason) == ("n01", "DRAIN", 3.0, "maint: fan | swap")
     assert ev.devices() == {"npu:910b": 8}
     (r,) = parse_reservations((CAPTURED / "sacctmgr-reservation-24.11.txt").read_text())

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from typing import Any, cast
 
 import pytest
 from click.testing import CliRunner
@@ -23,13 +24,13 @@ TRACE = Path(__file__).resolve().parents[1] / "data" / "replay" / "kth-window.sw
 def test_curves_are_the_jobs_use_over_the_pools_size(tmp_path: Path) -> None:
     # plain: jobs wait 100 and 300 s then run 600 s on 4 of 10 CPUs; bridge waits 50 and 100 s.
     rep = load(window_file(tmp_path / "w.json", 0.0, [100, 300], [50, 100]))
-    cdf = wait_cdf(rep).frame
+    cdf: Any = wait_cdf(rep).frame  # pandas-stubs reject a float row label in .loc[row, col]
     assert cdf.loc[0.0, "plain"] == 0.0 and cdf.loc[100 / 60, "plain"] == 0.5
     assert cdf.loc[300 / 60, "plain"] == 1.0 and cdf.loc[100 / 60, "bridge"] == 1.0
     (plot,), notes = utilisation_plots(rep)
     assert notes == [] and plot.slug == "replay_util_cpu_x86_64"
     util = plot.frame  # one-minute buckets (an hour in 60), index in hours
-    at = {round(h * 60): v for h, v in util["plain"].items()}
+    at = {round(cast(float, h) * 60): v for h, v in util["plain"].items()}
     assert at[0] == 0.0 and at[2] == pytest.approx(40.0) and at[5] == pytest.approx(80.0)
     assert at[10] == pytest.approx(80.0) and at[12] == pytest.approx(40.0) and at[15] == 0.0
     assert at[11] == pytest.approx(100 * (4 * 40 + 4 * 60) / (10 * 60))  # job 1 ends at 700 s

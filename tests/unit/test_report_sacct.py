@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Hashable
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -28,7 +30,7 @@ def site() -> Site:
     return load_site(DEMO)
 
 
-def _jobs(site: Site, *names: str) -> dict[str, dict[str, object]]:
+def _jobs(site: Site, *names: str) -> dict[str, dict[Hashable, Any]]:
     return {str(r["job_id"]): r for r in psv_jobs(site, *names).to_dict("records")}
 
 

@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 
 from slurm_hetero.errors import InputError
-from slurm_hetero.replay import faults
 from slurm_hetero.replay.clockmap import ClockMap
 from slurm_hetero.replay.faults import KINDS, Observer, PatientSubmitter, Seen, audit, parse_kinds, plan
 from slurm_hetero.replay.sacct import JobRecord
@@ -55,7 +54,7 @@ class FlakySlurm(Runner):
 
 @pytest.fixture(autouse=True)
 def no_waiting(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(faults.time, "sleep", lambda _s: None)
+    monkeypatch.setattr(time, "sleep", lambda _s: None)
 
 
 def submitter(slurm: FlakySlurm, tmp_path: Path, retry_s: float = 60.0) -> PatientSubmitter:

@@ -9,7 +9,7 @@ import copy
 import json
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from click.testing import CliRunner
@@ -19,7 +19,12 @@ from slurm_hetero.errors import InputError
 from slurm_hetero.reports import why as W
 from slurm_hetero.site import Site, load_site
 from slurm_hetero.site.load import load_site_text
-from slurm_hetero.slurm.commands import QOS_LIMIT_FIELDS, sacctmgr_qos_limits_argv, squeue_start_argv
+from slurm_hetero.slurm.commands import (
+    ASSOC_LIMIT_FIELDS,
+    QOS_LIMIT_FIELDS,
+    sacctmgr_qos_limits_argv,
+    squeue_start_argv,
+)
 from slurm_hetero.slurm.runner import Runner
 from tests.fakeslurm import FakeSlurm
 
@@ -45,7 +50,7 @@ def job(job_id: int, *, state: str = "RUNNING", reason: str = "None", gres: str 
         user: str = "bob", uid: int = 1001, qos: str = "gold", comment: str = "", priority: int = 10000,
         features: str = "", account: str = "root", cpus: int = 1, submit: float | None = None) -> dict[str, Any]:
     """A job in the shape of the captured 22.05 answer."""
-    j = copy.deepcopy(TEMPLATE)
+    j: dict[str, Any] = copy.deepcopy(TEMPLATE)
     parts = gres.split(":")
     name, gtype, n = (parts[0], parts[1], parts[2]) if len(parts) == 3 else (parts[0], "", parts[1])
     count = int(n) * node_count
@@ -87,7 +92,7 @@ def inputs(target: dict[str, Any], others: list[dict[str, Any]], used: dict[str,
     jobs = W.parse_queue(queue(target, *others))
     me = next(j for j in jobs if j.job_id == target["job_id"])
     return W.Inputs(me, None, jobs, sinfo(used, down), W.parse_qos_limits(qos) if qos is not None else None,
-                    W.parse_limit_rows(assoc, W.ASSOC_LIMIT_FIELDS) if assoc is not None else None, start)
+                    W.parse_limit_rows(assoc, ASSOC_LIMIT_FIELDS) if assoc is not None else None, start)
 
 
 def qos_line(name: str, priority: int, grp: str = "", max_pu: str = "", max_tres: str = "") -> str:
@@ -185,16 +190,18 @@ def test_the_bridge_tables_match(site: Site) -> None:
     from slurm_hetero.reports.jobid import check_job_id
     from slurm_hetero.reports.jobpage import WHY
 
-    groups = bridge_context(site)["model_groups"]
+    groups = cast(dict[str, list[str]], bridge_context(site)["model_groups"])
     assert {k: tuple(v) for k, v in groups.items()} == W.site_view(site).groups
-    assert W.BRIDGE_WHY is WHY  # one table for both commands (reports/jobid.py)
+    # why.py's own imports, not its API (mypy wants them re-exported): checked as it binds them
+    why_module: Any = W
+    assert why_module.BRIDGE_WHY is WHY  # one table for both commands (reports/jobid.py)
     # ...with words for every reason bridge.lua's pool choice returns
     from slurm_hetero.conf.bridge import bridge_source
     returned = re.findall(r'return best, (?:best\.now and )?"([a-z-]+)"(?: or "([a-z-]+)")?', bridge_source())
     assert {w for pair in returned for w in pair if w} == set(WHY)
     for bad in ("12x", "", "0", "-1", "1_2"):
         with pytest.raises(InputError):
-            W.check_job_id(bad)
+            why_module.check_job_id(bad)
         with pytest.raises(InputError):
             check_job_id(bad)
 

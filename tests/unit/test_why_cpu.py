@@ -42,7 +42,7 @@ def cpu_job(job_id: int, *, state: str = "RUNNING", reason: str = "None", cpus: 
             partition: str = "batch", features: str = "", per_node_cores: bool = True) -> dict[str, Any]:
     """A job in the shape of the captured 22.05 answer; `on`: a running job's CPUs per node,
     written as 22.05 writes them (each allocated core in `job_resources.allocated_nodes`)."""
-    j = copy.deepcopy(TEMPLATE)
+    j: dict[str, Any] = copy.deepcopy(TEMPLATE)
     on = on or {}
     n_nodes = len(on) if state == "RUNNING" else node_count
     req = f"cpu={cpus},mem=1G,node={n_nodes},billing={cpus}"
@@ -272,5 +272,6 @@ def test_captured_kth_replay(kth: Site) -> None:
     assert p is not None and (p["free"], p["total"], p["free_max_node"]) == (11, 100, 10)
     assert [h["job"] for h in p["running"]] == [21, 16, 5]  # job 5's p50 has passed: its p90
     # 11 free, job 21's 1 CPU, then job 16's 80 at its p50 end: 42 for this job.
+    assert by_id[16].start is not None
     assert w.estimates["ours"] == W.expected_end(by_id[16], now) == by_id[16].start + 1444
     assert w.estimates["slurm"] == 1796567761.0
