@@ -30,7 +30,7 @@ They come in a seeded order at seeded times spread over the window, never two at
 `--faults none` replays the baseline only. The day's window: the middle one of the KTH log's
 24-hour windows whose demand ÷ capacity (with the work already running) lies in [0.8, 1.5]
 and that have at least 80 submissions (about the log's mean per day), after its first tenth
-(859232281: 101 jobs of 22 users with the warm-up hour); the drain ends once every measured
+(857713081: 121 jobs with the warm-up hour); the drain ends once every measured
 job has started, or after 6 trace hours.
 `--short` (tests/integration/test_soak.py runs it): a 2-hour window (61 jobs of 8 users,
 demand 1.08), no warm-up, three faults with seed 293 (the daemon stopped at +860 s for 15
