@@ -30,7 +30,7 @@ import os
 import pwd
 import re
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
@@ -1477,15 +1477,8 @@ def build_why(inp: Inputs, site: Site, now: float | None = None) -> Why:
         free = {c.node: c.free for c in cap if c.pool == pool}
         releases = [(h.expected_end, node, h.devices // max(1, len(h.nodes)))
                     for h in hs if h.expected_end is not None for node in h.nodes]
-        queue = [(n.per_node, n.nodes, _duration(j)) for j, n in ahead_here]
-        queue.append((need.per_node, need.nodes, None))
-        ours = simulate_starts(free, releases, queue, now)[-1] if cap else None
-        ahead_starts = [j.start for j, _ in ahead_here if j.start and j.start > now]
-        before = (f"the {len(ahead_here)} job(s) ahead of it for this pool" if ahead_here
-                  else "no job ahead of it")
-        basis = (f"the running jobs' predicted ends (p50, else their limit), {before}; in priority order, "
-                 "without backfill")
-        rank = ours if ours is not None else math.inf
+        rank, ahead_starts, basis = _pool_start(free, releases, ahead_here, need.per_node, need.nodes,
+                                                bool(cap), now)
         if best is None or rank < best[0]:
             best = (rank, pool, hs, ahead_starts, basis, len(ahead_here))
     assert best is not None
@@ -1583,15 +1576,9 @@ def _why_cpu(w: Why, job: QJob, reason: Reason, inp: Inputs, view: SiteView, now
         # A job's CPUs come back at its expected end, on the nodes that take new jobs.
         releases = [(t, node, n) for j in inp.jobs if j.holding and (t := expected_end(j, now)) is not None
                     for node, n in j.cpus_by_node if node in usable]
-        queue = [(n.per_node, n.nodes, _duration(j)) for j, n in ahead_here]
-        queue.append((need.per_node, need.nodes, None))
-        ours = simulate_starts(free, releases, queue, now)[-1] if cap else None
-        ahead_starts = [j.start for j, _ in ahead_here if j.start and j.start > now]
-        before = (f"the {len(ahead_here)} job(s) ahead of it for this pool" if ahead_here
-                  else "no job ahead of it")
-        basis = (f"the running jobs' predicted ends (p50, else their limit), {before}; in priority order, "
-                 "without backfill; CPUs only")
-        rank = ours if ours is not None else math.inf
+        rank, ahead_starts, basis = _pool_start(free, releases, ahead_here, need.per_node, need.nodes,
+                                                bool(cap), now)
+        basis += "; CPUs only"
         if best is None or rank < best[0]:
             best = (rank, pool, nodes, cap, hs, ahead_starts, basis, len(ahead_here))
     assert best is not None
@@ -1631,6 +1618,23 @@ def _cpus_fit(cap: list[NodeFree], need: CpuNeed) -> bool:
     if need.spread:
         return sum(c.free for c in cap) >= need.cpus
     return sum(1 for c in cap if c.free >= need.per_node) >= need.nodes
+
+
+def _pool_start(free: dict[str, int], releases: list[tuple[float, str, int]],
+                ahead_here: Sequence[tuple[QJob, Need | CpuNeed]], per_node: int, nodes: int, known: bool,
+                now: float) -> tuple[float, list[float], str]:
+    """Our start for a job of `per_node` units on `nodes` nodes (0: spread) in one pool: the
+    jobs ahead of it there first, in priority order, each running job's units back at its
+    expected end; inf when it cannot be foreseen (`known`: the pool's capacity was read).
+    Returns (start, the planned starts of the jobs ahead, how it was made)."""
+    queue: list[tuple[int, int, float | None]] = [(n.per_node, n.nodes, _duration(j)) for j, n in ahead_here]
+    queue.append((per_node, nodes, None))
+    ours = simulate_starts(free, releases, queue, now)[-1] if known else None
+    ahead_starts = [j.start for j, _ in ahead_here if j.start and j.start > now]
+    before = f"the {len(ahead_here)} job(s) ahead of it for this pool" if ahead_here else "no job ahead of it"
+    basis = (f"the running jobs' predicted ends (p50, else their limit), {before}; in priority order, "
+             "without backfill")
+    return (ours if ours is not None else math.inf), ahead_starts, basis
 
 
 def _ahead(other: QJob, job: QJob) -> bool:
