@@ -106,6 +106,16 @@ def test_limits_hold_with_the_daemon_stopped_and_slurmctld_restarted(predicting:
     x = submit(c.runner, ["-t", "3-00:00:00", "-J", "past-maxtime", "-o", "/dev/null"], "true")
     for jid in (a, b, u):
         wait_running(c, jid)
+
+    def in_accounting() -> bool:
+        # slurmctld refuses `scontrol update` of a job slurmdbd has not indexed yet ("the DB
+        # index is being set"), for minutes after a restart that came first: a busy CI
+        # machine left the daemon unable to extend anything (the jobs were safe all the same,
+        # by OverTimeLimit). The restart below is meant to find the jobs recorded.
+        out = c.runner.out(["sacct", "-X", "-n", "-P", "-j", f"{a},{b},{u}", "-o", "JobIDRaw"])
+        return {str(a), str(b), str(u)} <= set(out.split())
+
+    assert wait_until(in_accounting, 30)
     daemon_pid = int((c.run / "bridge.pid").read_text())
     os.kill(daemon_pid, signal.SIGSTOP)  # before the 20 s margin of the 1-minute limits
     try:
