@@ -101,7 +101,7 @@ def stop(pid: int, expect: str, timeout: float = 10.0) -> None:
 
 
 def processes_under(root: Path) -> list[int]:
-    """Pids whose cwd, executable or an open file lies under root (leftover slurmstepds)."""
+    """Pids whose cwd or an open file lies under root (leftover slurmstepds)."""
     me = os.getpid()
     return [int(e.name) for e in Path("/proc").iterdir()
             if e.name.isdigit() and int(e.name) != me and is_under(int(e.name), root)]
