@@ -6,12 +6,12 @@ SHELL := /bin/bash
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-INTEGRATION_WORKERS ?= 2
+INTEGRATION_WORKERS ?= 3
 # The integration tests' pytest in INTEGRATION_WORKERS processes under a fresh short
 # --basetemp ($$base, for the recipe to remove once they pass); the tests to run follow.
 define run-integration
 base=$$(mktemp -d /tmp/sh-XXXXXX) && \
-	$(BIN)/pytest -q -n $(INTEGRATION_WORKERS) --dist loadfile --basetemp=$$base
+	$(BIN)/pytest -q -n $(INTEGRATION_WORKERS) --dist loadfile --no-loadscope-reorder --basetemp=$$base
 endef
 # Debian packages the project needs (Slurm 22.05 on Debian 12, 24.11 on Debian 13).
 DEB_PKGS := slurm-wlm slurmd slurmctld slurmdbd slurm-client munge mariadb-server \
@@ -66,8 +66,9 @@ test: deps venv spank lint
 	$(MAKE) -s -C spank test
 # Unit, Lua and doctests side by side on every core; then the integration tests in
 # INTEGRATION_WORKERS processes, each with its own booted cluster, a test file at a time
-# (the tests of a file share their module's cluster). They mostly wait on Slurm's timers, so
-# two run well on two cores. A short --basetemp: a replay cluster's step sockets live under
+# (the tests of a file share their module's cluster), the longest files first
+# (tests/integration/conftest.py). They mostly wait on Slurm's timers (a clean run used a
+# fifth of two cores), so three run well on two. A short --basetemp: a replay cluster's step sockets live under
 # it (at most 107 characters); kept when a test failed. --durations: the next cuts.
 	$(BIN)/pytest -q -n auto --durations=15 --ignore=tests/integration
 	$(run-integration) --durations=40 tests/integration && rm -rf $$base

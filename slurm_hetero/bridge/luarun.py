@@ -70,9 +70,10 @@ class JobSubmit:
             return self.lua.table_from([self.to_lua(v) for v in value])
         return value
 
-    def submit(self, options: dict[str, str] | None = None, srun: bool = False,
+    def submit(self, options: dict[str, str] | None = None, /, *, srun: bool = False,
                **fields: Any) -> tuple[int, dict[str, Any]]:
-        """slurm_job_submit on a job_desc of `fields` plus hetero options; (rc, job_desc)."""
+        """slurm_job_submit on a job_desc of `fields` plus hetero options; (rc, job_desc).
+        `options` is positional-only so that every keyword is a job_desc field."""
         env = {OPTION_PREFIX + k: v for k, v in (options or {}).items()}
         if env:  # sbatch, srun and salloc all send it; slurmctld fills it from index 0, as a C array
             senv = self.lua.table()

@@ -36,17 +36,25 @@ from slurm_hetero.cliutil import console, reports_errors, site_option
 @click.option("--replay", "replay_path", type=click.Path(dir_okay=False, path_type=Path),
               help="Add a 'What-if replay' section from a `replay run` replay.json or a `replay merge` "
                    "output; without --trace the report is of the replay alone (no cluster asked).")
+@click.option("--soak", "soak_path", type=click.Path(dir_okay=False, path_type=Path),
+              help="Add an 'A day under faults' section from a `benchmarks/soak.py --json` result; without "
+                   "--trace (or --replay) the report is of the soak alone (no cluster asked).")
+@click.option("--soak-baseline", type=click.Path(dir_okay=False, path_type=Path),
+              help="With --soak: its baseline, a `benchmarks/soak.py --faults none` result of the same "
+                   "window.")
 @click.option("--json", "as_json", is_flag=True,
               help="Print the summary, notes and the bottleneck rules as JSON instead of tables.")
 @reports_errors
 def report(site_path: Path, since: str | None, until: str | None, partition: str | None,
            output: Path | None, csv_dir: Path | None, trace: Path | None, cache_dir: Path | None,
            no_cache: bool, job_id: str | None, strict: bool, replay_path: Path | None = None,
-           power_history: Path | None = None, as_json: bool = False) -> None:
+           power_history: Path | None = None, as_json: bool = False, soak_path: Path | None = None,
+           soak_baseline: Path | None = None) -> None:
     """Accounting report: utilisation, waits, energy, predictions, bridge decisions, users."""
     if job_id is not None:
         given = (("--trace", trace), ("--csv", csv_dir), ("--since", since), ("--until", until),
-                 ("--partition", partition), ("--replay", replay_path))
+                 ("--partition", partition), ("--replay", replay_path), ("--soak", soak_path),
+                 ("--soak-baseline", soak_baseline))
         clash = [o for o, v in given if v]
         if clash:
             raise click.UsageError(f"--job shows one job's page: it takes no {', '.join(clash)}")
@@ -54,6 +62,8 @@ def report(site_path: Path, since: str | None, until: str | None, partition: str
         return
     if as_json and output:
         raise click.UsageError("--json prints to stdout and -o writes HTML: give one of them")
+    if soak_baseline is not None and soak_path is None:
+        raise click.UsageError("--soak-baseline goes with --soak")
     from slurm_hetero.reports import (
         print_report,
         resolve_period,
@@ -72,8 +82,15 @@ def report(site_path: Path, since: str | None, until: str | None, partition: str
         from slurm_hetero.reports import whatif
 
         replayed = whatif.load(replay_path)  # bad input is exit 2 before any cluster is asked
+    soaked = None
+    if soak_path is not None:
+        from slurm_hetero.reports import faultday
+
+        soaked = faultday.load_with_baseline(soak_path, soak_baseline)  # the same: exit 2 first
     if replayed is not None and not trace:
         rep = whatif.replay_report(replayed)
+    elif soaked is not None and not trace:
+        rep = faultday.soak_report(soaked)
     elif trace:
         rep = trace_report(trace, since, until, partition, power_history=power_history)
     else:
@@ -88,6 +105,8 @@ def report(site_path: Path, since: str | None, until: str | None, partition: str
         rep.sections.append(whatif.replay_section(replayed))
     if replayed is not None:
         rep.sections.append(replay_bottleneck_section(replayed))
+    if soaked is not None and (trace or replayed is not None):
+        faultday.add_to(rep, soaked)
     if csv_dir:
         wrote = f"wrote {len(write_csv(rep, csv_dir))} CSV files to {csv_dir}"
         if as_json:  # stdout is the JSON document's

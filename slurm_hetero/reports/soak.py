@@ -59,24 +59,45 @@ def timeline(records: Iterable[Mapping[str, Any]], alerts: Iterable[Mapping[str,
             "span_s": [min(times, default=0.0), max(times, default=0.0)]}
 
 
+def span_rows(tl: Mapping[str, Any]) -> list[tuple[str, str, list[tuple[float, float]]]]:
+    """The timeline's rows, top to bottom, as (label, what, spans): a row per fault (`fault`),
+    per alert name (`alert`, each time it fired; one still firing ends at the timeline's end)
+    and the exporters' scrape gaps (`gap`) if any; each span (start, end) in trace seconds,
+    widened to 1/400 of the timeline where shorter, so an instant still shows.
+
+    >>> span_rows(timeline([{"kind": "bridge-kill", "started_trace_s": 100.0}],
+    ...                    [{"alert": "A", "start_s": 50.0, "end_s": None}],
+    ...                    [(0.0, 1, 0), (500.0, 0, 1)], []))
+    [('fault bridge-kill', 'fault', [(100.0, 101.25)]), ('alert A', 'alert', [(50.0, 500.0)])]
+    """
+    lo, hi = tl["span_s"]
+    hi = max(hi, lo + 1.0)
+    least = (hi - lo) / 400
+
+    def span(start: float, end: float | None) -> tuple[float, float]:
+        return start, max(hi if end is None else end, start + least)
+
+    rows: list[tuple[str, str, list[tuple[float, float]]]] = [
+        (f"fault {f['kind']}", "fault", [span(f["start_s"], f["end_s"])]) for f in tl["faults"]]
+    by_alert: dict[str, list[tuple[float, float]]] = {}
+    for a in tl["alerts"]:
+        by_alert.setdefault(a["alert"], []).append(span(a["start_s"], a["end_s"]))
+    rows += [(f"alert {name}", "alert", spans) for name, spans in sorted(by_alert.items())]
+    gaps = [span(g["start_s"], g["end_s"]) for g in tl["scrape_gaps"]]
+    if gaps:
+        rows.append(("scrape gaps", "gap", gaps))
+    return rows
+
+
+_COLOURS = {"fault": "tab:red", "alert": "tab:orange", "gap": "tab:gray"}
+
+
 def timeline_svg(tl: Mapping[str, Any], title: str = "") -> str:
     """The timeline as SVG: a row per fault and per alert (when each lasted: a fault's bar, an
     alert's firing), the exporters' scrape gaps, and below the queue, hours on the x axis."""
     lo, hi = tl["span_s"]
     hi = max(hi, lo + 1.0)
-    rows: list[tuple[str, list[tuple[float, float]], str]] = []
-    for f in tl["faults"]:
-        rows.append((f"fault {f['kind']}", [(f["start_s"], max(f["end_s"] - f["start_s"], (hi - lo) / 400))],
-                     "tab:red"))
-    by_alert: dict[str, list[tuple[float, float]]] = {}
-    for a in tl["alerts"]:
-        end = hi if a["end_s"] is None else a["end_s"]
-        by_alert.setdefault(a["alert"], []).append((a["start_s"], max(end - a["start_s"], (hi - lo) / 400)))
-    rows += [(f"alert {name}", bars, "tab:orange") for name, bars in sorted(by_alert.items())]
-    gaps = [(g["start_s"], (hi if g["end_s"] is None else g["end_s"]) - g["start_s"])
-            for g in tl["scrape_gaps"]]
-    if gaps:
-        rows.append(("scrape gaps", gaps, "tab:gray"))
+    rows = [(label, [(s, e - s) for s, e in spans], _COLOURS[what]) for label, what, spans in span_rows(tl)]
     h = 3600.0
     with matplotlib.rc_context(_RC):
         fig = Figure(figsize=(9.0, 2.4 + 0.28 * max(len(rows), 1)))
