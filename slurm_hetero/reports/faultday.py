@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -286,13 +286,18 @@ def figures_table(soak: Soak) -> Table:
                       "of the measured jobs; real seconds: the run's wall time")
 
 
-def faults_table(soak: Soak) -> Table:
-    """Per fault: when, whether it happened, the alert meant for it and when that fired and cleared."""
+def _with_matches(soak: Soak) -> Iterator[tuple[int, dict[str, Any], dict[str, Any] | None]]:
+    """Each fault record with what the faulted run matched to it (None: unmonitored)."""
     run = soak.runs.get(FAULTED)
     matches = run.matches if run is not None else None
-    rows = []
     for i, r in enumerate(soak.records):
-        m = matches[i] if matches is not None else None
+        yield i, r, (matches[i] if matches is not None else None)
+
+
+def faults_table(soak: Soak) -> Table:
+    """Per fault: when, whether it happened, the alert meant for it and when that fired and cleared."""
+    rows = []
+    for i, r, m in _with_matches(soak):
         what = r["kind"] + (f" on {r['node']}" if r.get("node") else "")
         if r.get("skew_s"):
             what += f" ({int(r['skew_s']):+d} s)"
@@ -317,11 +322,8 @@ def faults_table(soak: Soak) -> Table:
 
 def evidence_table(soak: Soak) -> Table:
     """Per fault: what shows it happened, and why no alert is meant where none is."""
-    run = soak.runs.get(FAULTED)
-    matches = run.matches if run is not None else None
     rows = []
-    for i, r in enumerate(soak.records):
-        m = matches[i] if matches is not None else None
+    for i, r, m in _with_matches(soak):
         why = (m.get("why_none") or "no reason given") if m and not m.get("meant") else ""
         rows.append({"#": i + 1, "fault": r["kind"], "evidence": _evidence(r), "why_no_alert": why})
     return Table("soak_evidence", "What shows each fault happened, and why no alert is meant",
