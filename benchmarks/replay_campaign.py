@@ -1,5 +1,5 @@
 """Merge one log's replay campaign: windows replayed one per run of replay_kth.py (each its
-own JSON, so a killed session loses one window at most) into the figures issue 34 asks for.
+own JSON, so a killed session loses one window at most) into per-window figures, ratios and intervals.
 
     .venv/bin/python benchmarks/replay_campaign.py --log KTH-SP2 PART.json... \
         --out benchmarks/results/replay-kth-band.json [--merged MERGED.json]

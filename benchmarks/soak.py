@@ -1,4 +1,4 @@
-"""A day under faults (issue 36): replay a trace window on the dev cluster, accelerated, with
+"""A day under faults: replay a trace window on the dev cluster, accelerated, with
 the bridge, its runtime model and the users' online history on, while a seeded schedule of
 faults hits it; then the same window without faults (the baseline). Figures, faulted vs
 baseline: jobs lost (sbatch gave an id, accounting never heard of it: must be 0), jobs killed

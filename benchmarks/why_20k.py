@@ -1,6 +1,6 @@
 """`slurm-hetero why` on a 20,000-job queue: our part of the answer (reading `squeue --json`,
 finding what holds the job, the two start estimates, every suggestion checked) against the
-1-second target of issue 37. Slurm's own time to print the queue is not ours and not counted.
+1-second target. Slurm's own time to print the queue is not ours and not counted.
 
     .venv/bin/python benchmarks/why_20k.py [--jobs 20000] [--repeat 5]
 
