@@ -45,6 +45,7 @@ from slurm_hetero.slurm import hostlist
 from slurm_hetero.slurm.commands import (
     sacct_ended_argv,
     sacctmgr_events_argv,
+    sacctmgr_ping_argv,
     sinfo_capacity_argv,
     sinfo_nodes_argv,
 )
@@ -483,6 +484,9 @@ class ClusterExporter:
         self._started: set[tuple[int, float]] | None = None  # None until the first round
         self.frag: dict[str, Fragmentation] = {}  # replaced whole, never changed in place
         self.frag_t: float | None = None
+        # Whether slurmdbd answered the last check (None: not asked yet), and when it last did.
+        self.accounting_up: bool | None = None
+        self.accounting_t: float | None = None
 
     def _out(self, argv: list[str]) -> str:
         self.calls[argv[0]] += 1
@@ -517,6 +521,21 @@ class ClusterExporter:
         self.last = r
         self.round_seconds = time.monotonic() - t0
         return r
+
+    def check_accounting(self) -> bool:
+        """Ask slurmdbd the cheapest question (sacctmgr, not through slurmctld): while it does
+        not answer, slurmctld queues what accounting must hear (sdiag's DBD Agent queue, up to
+        MaxDBDMsgs, then drops it) and sacct answers nothing new. Its own call, apart from
+        the round: a slurmctld that does not answer says nothing about slurmdbd."""
+        try:
+            self._out(sacctmgr_ping_argv())
+        except RuntimeFailure as e:
+            if self.accounting_up is not False:  # once per outage, not once a round
+                log.warning("accounting (slurmdbd) does not answer: %s", e)
+            self.accounting_up = False
+            return False
+        self.accounting_up, self.accounting_t = True, self.clock()
+        return True
 
     def fast_round(self, requests: dict[str, list[int]] | None = None) -> None:
         """Free devices per node (one cheap sinfo) and each pool's fragmentation against the
@@ -599,6 +618,7 @@ class ClusterExporter:
             full = t0 >= next_round
             if full:
                 next_round = t0 + self.every
+                self.check_accounting()
             try:
                 if full:
                     self.round()
@@ -755,7 +775,15 @@ class ClusterExporter:
         bad = GaugeMetricFamily("hetero_exporter_skipped_jobs", "Job entries of the last round that could "
                                 "not be read")
         bad.add_metric([], len(r.problems) if r else 0)
-        yield from (ts, dur, errs, calls, bad)
+        acct = GaugeMetricFamily("hetero_accounting_up", "1 when slurmdbd answered the exporter's last "
+                                 "check (sacctmgr, once a round), 0 when it did not")
+        acct_t = GaugeMetricFamily("hetero_accounting_answer_timestamp_seconds",
+                                   "When slurmdbd last answered the exporter's check")
+        if self.accounting_up is not None:
+            acct.add_metric([], 1.0 if self.accounting_up else 0.0)
+        if self.accounting_t is not None:
+            acct_t.add_metric([], self.accounting_t)
+        yield from (ts, dur, errs, calls, bad, acct, acct_t)
 
 
 def _sacct_time(t: float) -> str:

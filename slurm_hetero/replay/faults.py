@@ -502,7 +502,8 @@ ALERT_FOR: dict[str, str | None] = {
     "state-readonly": "HeteroSnapshotStale",
     "bridge-kill": None,
     "slurmctld-restart": None,
-    "slurmdbd-stop": None,
+    # slurmdbd stopped: the cluster exporter's sacctmgr check gets no answer.
+    "slurmdbd-stop": "HeteroAccountingDown",
     "slurmd-kill": None,
     "clock-skew": None,
 }
@@ -510,8 +511,6 @@ WHY_NO_ALERT: dict[str, str] = {
     "bridge-kill": "its supervisor starts a new daemon within a round or two: the heartbeat gap is "
                    "shorter than the heartbeat limit, and a daemon that stays away is bridge-stop's case",
     "slurmctld-restart": "a restart of seconds; a slurmctld that stays away is slurmctld-kill's case",
-    "slurmdbd-stop": "no shipped exporter metric says slurmdbd is unreachable (the cluster exporter's "
-                     "sacct read only logs its failure; sdiag's DBD agent queue is not exported)",
     "slurmd-kill": "one node not responding is Slurm's own node state (sinfo, slurmctld's log); "
                    "HeteroPoolNoCapacity fires only when a pool has no usable device left",
     "clock-skew": "no exporter publishes a node's clock offset",
@@ -622,7 +621,7 @@ def match_alerts(records: Sequence[Mapping[str, Any]], spans: Sequence[AlertSpan
     >>> [(g["kind"], g["meant"], g["fired"], g["cleared"], g["ok"], g["also"]) for g in got]
     ... # doctest: +NORMALIZE_WHITESPACE
     [('bridge-stop', 'HeteroBridgeHeartbeatLost', True, True, True, ['HeteroSnapshotStale']),
-     ('slurmdbd-stop', None, False, False, True, [])]
+     ('slurmdbd-stop', 'HeteroAccountingDown', False, False, False, [])]
     >>> match_alerts(recs[:1], [AlertSpan("HeteroBridgeHeartbeatLost", {}, 400.0, None)], 5000, 300)[0]["ok"]
     False
     """

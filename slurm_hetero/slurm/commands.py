@@ -94,6 +94,16 @@ def sacctmgr_list_argv(entity: str, field: str) -> list[str]:
     return sacctmgr_argv("-n", "-P", "list", entity, f"format={field}")
 
 
+def sacctmgr_ping_argv() -> list[str]:
+    """The cheapest question only slurmdbd answers (sacctmgr asks it, never slurmctld): the
+    cluster names it keeps. Whether it answers is whether accounting is reachable.
+
+    >>> sacctmgr_ping_argv()
+    ['sacctmgr', '-i', '-n', '-P', 'list', 'cluster', 'format=Cluster']
+    """
+    return sacctmgr_list_argv("cluster", "Cluster")
+
+
 # Node events and reservations come with admin-written text (Reason) last: `|` in it only
 # lengthens that field. Times as epoch seconds need SLURM_TIME_FORMAT=%s (sacct.epoch_runner).
 EVENT_FIELDS = ("NodeName", "Start", "End", "State", "TRES", "Reason")

@@ -15,6 +15,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from slurm_hetero.bridge.snapshot import PoolCapacity, to_lua
+from slurm_hetero.errors import RuntimeFailure
 from slurm_hetero.monitor.cluster import (
     ClusterExporter,
     QueueEntry,
@@ -29,7 +30,7 @@ from slurm_hetero.monitor.cluster import (
 )
 from slurm_hetero.site import Site, load_site
 from slurm_hetero.site.pools import pools
-from slurm_hetero.slurm.commands import sinfo_capacity_argv, sinfo_nodes_argv
+from slurm_hetero.slurm.commands import sacctmgr_ping_argv, sinfo_capacity_argv, sinfo_nodes_argv
 from slurm_hetero.slurm.events import parse_events
 from slurm_hetero.slurm.parse import parse_sinfo_nodes
 from slurm_hetero.slurm.runner import Runner
@@ -236,3 +237,33 @@ def test_maintenance_nodes_are_not_usable(site: Site, state: str, usable: bool) 
     r = summarize(SiteView.of(site), [], nodes, 0.0)
     assert r.devices[("h100@x86_64", "usable")] == (8 if usable else 0)
     assert r.devices[("h100@x86_64", "total")] == 8
+
+
+class AccountingAway(CapturedSlurm):
+    """slurmdbd stopped: sacctmgr fails as it does (exit 1, "Connection refused")."""
+
+    def run(self, argv: Sequence[str], *, check: bool = True, timeout: float | None = None,
+            input: str | None = None) -> subprocess.CompletedProcess[str]:
+        if argv[0] == "sacctmgr":
+            self.argvs.append(list(argv))
+            raise RuntimeFailure("sacctmgr: error: Sending PersistInit msg: Connection refused")
+        return super().run(argv, check=check, timeout=timeout, input=input)
+
+
+def test_accounting_check_says_whether_slurmdbd_answers_apart_from_the_round(site: Site) -> None:
+    t = [1000.0]
+    up = ClusterExporter(site, CapturedSlurm(), None, clock=lambda: t[0])
+    assert "hetero_accounting_up" not in scrape(up)  # not asked yet: no sample, no alert
+    assert up.check_accounting()
+    assert scrape(up)["hetero_accounting_up"] == [({}, 1.0)]
+    assert scrape(up)["hetero_accounting_answer_timestamp_seconds"] == [({}, 1000.0)]
+    away = AccountingAway()
+    up.runner = away
+    t[0] = 1060.0
+    assert not up.check_accounting()
+    got = scrape(up)
+    assert got["hetero_accounting_up"] == [({}, 0.0)]
+    # when it last answered stays: how long accounting has been away
+    assert got["hetero_accounting_answer_timestamp_seconds"] == [({}, 1000.0)]
+    # the round still reads the queue: slurmctld answers while slurmdbd does not
+    assert up.round().t == 1060.0 and away.argvs[0] == sacctmgr_ping_argv()

@@ -260,16 +260,18 @@ def test_the_fast_tier_reads_free_devices_between_rounds(site: Site) -> None:
     t0 = time.monotonic()
     exp.run(stop)
     assert time.monotonic() - t0 < 30
-    kinds = ["squeue" if a == SQUEUE_JSON_ARGV else "-O" if a == sinfo_capacity_argv() else "sinfo"
+    kinds = ["squeue" if a == SQUEUE_JSON_ARGV else "-O" if a == sinfo_capacity_argv() else a[0]
              for a in slurm.argvs]
-    assert kinds[:3] == ["squeue", "sinfo", "-O"] and kinds[-3:] == ["squeue", "sinfo", "-O"]
-    between = kinds[3:-3]
+    # a round: slurmdbd's check (sacctmgr), the queue, the nodes, the free devices
+    full = ["sacctmgr", "squeue", "sinfo", "-O"]
+    assert kinds[:4] == full and kinds[-4:] == full, kinds
+    between = kinds[4:-4]
     assert between and set(between) == {"-O"}, kinds
     assert exp.frag[A100].fragmented == 2  # measured against the queue of the round before
     # without a fast tier the round alone reads the free devices
     slurm.argvs.clear()
     ClusterExporter(site, slurm, None, every=0.2, fast_every=0).run(stop)
-    assert [a[0] for a in slurm.argvs] == ["squeue", "sinfo", "sinfo"] * 2
+    assert [a[0] for a in slurm.argvs] == ["sacctmgr", "squeue", "sinfo", "sinfo"] * 2
 
 
 @pytest.mark.skipif(shutil.which("promtool") is None, reason="Debian's prometheus package not installed")

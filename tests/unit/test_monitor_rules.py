@@ -103,6 +103,31 @@ WAITS = {
 }
 
 
+ACCOUNTING = {
+    "interval": "10s",
+    # slurmdbd answers, stops answering for 5 minutes, answers again; absent: never asked
+    "input_series": [{"series": "hetero_accounting_up", "values": "1x12 0x30 1x20"}],
+    "alert_rule_test": [
+        {"eval_time": "2m", "alertname": "HeteroAccountingDown", "exp_alerts": []},
+        # down at 2m10s; `for` is 60 s
+        {"eval_time": "3m", "alertname": "HeteroAccountingDown", "exp_alerts": []},
+        {"eval_time": "3m20s", "alertname": "HeteroAccountingDown", "exp_alerts": [{
+            "exp_labels": {"severity": "critical"},
+            "exp_annotations": {
+                "summary": "slurmdbd does not answer (sacctmgr from the cluster exporter)",
+                "description": "While it is away slurmctld queues accounting messages (sdiag: DBD Agent queue "
+                               "size) up to MaxDBDMsgs and then drops them; sacct and the reports see no new "
+                               "jobs. Start slurmdbd (and its database) before the queue fills."}}]},
+        {"eval_time": "7m30s", "alertname": "HeteroAccountingDown", "exp_alerts": []},
+    ],
+}
+
+
+def test_accounting_alert_fires_while_slurmdbd_does_not_answer_and_clears(tmp_path: Path) -> None:
+    r = promtool_test(tmp_path, [ACCOUNTING])
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
 def test_fragmented_pool_alert(tmp_path: Path) -> None:
     r = promtool_test(tmp_path, [FRAGMENTED])
     assert r.returncode == 0, r.stdout + r.stderr

@@ -38,7 +38,7 @@ def test_every_fault_has_a_shipped_alert_or_says_why_none() -> None:
             assert kind not in WHY_NO_ALERT
     assert ALERT_FOR["bridge-stop"] == "HeteroBridgeHeartbeatLost"
     assert ALERT_FOR["state-readonly"] == "HeteroSnapshotStale"
-    assert ALERT_FOR["slurmdbd-stop"] is None and ALERT_FOR["clock-skew"] is None
+    assert ALERT_FOR["slurmdbd-stop"] == "HeteroAccountingDown" and ALERT_FOR["clock-skew"] is None
 
 
 def test_spans_end_at_gaps_and_at_the_range_end() -> None:
@@ -86,8 +86,8 @@ def test_match_alerts(spans: list[AlertSpan], ok: bool, fired: bool, cleared: bo
     stop = got[0]
     assert (stop["meant"], stop["ok"], stop["fired"], stop["cleared"]) == ("HeteroBridgeHeartbeatLost", ok, fired,
                                                                            cleared)
-    # no alert meant for the other two: ok whatever fires
-    assert [(g["kind"], g["meant"], g["ok"]) for g in got[1:]] == [("slurmdbd-stop", None, True),
+    # slurmdbd's alert never fired in these spans; none is meant for a restart of seconds
+    assert [(g["kind"], g["meant"], g["ok"]) for g in got[1:]] == [("slurmdbd-stop", "HeteroAccountingDown", False),
                                                                    ("slurmctld-restart", None, True)]
     if fired and cleared:
         assert stop["fired_after_s"] == 290.0 and stop["cleared_after_end_s"] == 50.0
