@@ -150,7 +150,8 @@ def from_json(path: Path, site_path: Path, pods: Path) -> int:
     pools = Pools(site)
     df, _ = read_trace_counted(pods)
     by: dict[int, dict[str, ArmResult]] = {}
-    for d in json.loads(path.read_text()):
+    doc = json.loads(path.read_text())
+    for d in doc["arms"] if isinstance(doc, dict) else doc:  # a list: written before the command was
         r = ArmResult.from_json(d)
         asked = {j.trace_id: j.accel for j in select_for(df, r.window, site).jobs}
         r.outcomes = [replace(o, accel=asked.get(o.trace_id, 0)) if o.start is None and not o.accel else o
@@ -211,7 +212,8 @@ def main() -> int:
             show(arm.name, res[arm.name])
             saved.append(res[arm.name].to_json())
             if a.json:  # after each arm: a run cut short keeps what it measured
-                a.json.write_text(json.dumps(saved, indent=1))
+                doc = {"command": " ".join(["benchmarks/replay_alibaba.py", *sys.argv[1:]]), "arms": saved}
+                a.json.write_text(json.dumps(doc, indent=1))
         compare(res, ratios)
     summary(ratios)
     return 0

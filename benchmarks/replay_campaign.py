@@ -29,10 +29,12 @@ from slurm_hetero.replay.metrics import ALL, slowdown
 from slurm_hetero.replay.run import ArmResult
 
 PAIRS = (("bridge", "plain"), ("easy++", "plain"), ("bridge", "easy++"), ("bridge-central", "plain"),
-         ("bridge-central", "easy++"), ("bridge-central", "bridge"))
-# AVEbsld over every measured job (the figure), over those started in every arm (paired),
-# and mean wait.
-KEYS = ("ave_bsld", "ave_bsld_started_in_all", "wait_mean")
+         ("bridge-central", "easy++"), ("bridge-central", "bridge"),
+         # the GPU pods: --accel (start soonest, no model) against fixed models, and with migration
+         ("bridge-nomodel", "plain"), ("bridge-migrate", "plain"))
+# AVEbsld over every measured job, over those started in every arm (paired), mean wait, and
+# the mean wait of the measured jobs that asked for accelerators.
+KEYS = ("ave_bsld", "ave_bsld_started_in_all", "wait_mean", "accel_wait_mean")
 
 
 def _fig(r: ArmResult, name: str) -> float | None:
@@ -63,6 +65,9 @@ def window_row(start: int, res: dict[str, ArmResult]) -> dict[str, Any]:
         lag, err = saved["release_lag"], saved["runtime_error"]
         arms[name] = {
             "ave_bsld": _fig(r, "ave_bsld"), "wait_mean": _fig(r, "wait_mean"),
+            "accel_jobs": _fig(r, "accel_jobs"), "accel_wait_mean": _fig(r, "accel_wait_mean"),
+            # busy share per pool (devices, or CPUs for cpu@ARCH) over the replay
+            "utilisation": {p: f.utilisation for p, f in r.figures.items() if f.utilisation is not None},
             "ave_bsld_started_in_all": common[name],
             "measured": len(measured), "never_started": sum(o.start is None for o in measured),
             "killed_early": _fig(r, "killed_early"), "killed_at_limit": _fig(r, "killed_at_limit"),
@@ -101,13 +106,19 @@ def main() -> int:
     for path in sorted(a.parts):
         try:
             doc = json.loads(path.read_text())
-            for w in doc["windows"]:
-                res = {k: ArmResult.from_json(v) for k, v in w["arms"].items()}
-                rows.append(window_row(int(w["start"]), res))
+            if isinstance(doc, list) or "arms" in doc:  # replay_alibaba.py: one window, its arms in a list
+                arms = doc if isinstance(doc, list) else doc["arms"]
+                res = {v["arm"]: ArmResult.from_json(v) for v in arms}
+                found = [(int(res["plain"].window.start), res)]
+            else:
+                found = [(int(w["start"]), {k: ArmResult.from_json(v) for k, v in w["arms"].items()})
+                         for w in doc["windows"]]
+            for start, res in found:
+                rows.append(window_row(start, res))
                 windows.append((path, res))
-            commands.append(doc["command"])
-        except (OSError, ValueError, KeyError, TypeError) as e:
-            print(f"{path}: not a replay_kth.py result: {e}", file=sys.stderr)
+            commands.append(doc.get("command") if isinstance(doc, dict) else None)
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+            print(f"{path}: not a replay_kth.py or replay_alibaba.py result: {e}", file=sys.stderr)
             return 2
     rows.sort(key=lambda r: r["start"])
     summary = {"log": a.log, "windows": len(rows), "commands": commands, "notes": a.note,
@@ -137,6 +148,8 @@ def main() -> int:
             merge.write(merged, a.merged)
     for key in KEYS:
         for pair, r in summary["ratios"][key].items():
+            if not r["windows"]:
+                continue
             ci = f"[{r['ci95'][0]:.2f}, {r['ci95'][1]:.2f}]" if r["ci95"] else "(no interval)"
             mean = "-" if r["mean"] is None else f"{r['mean']:.2f}"
             print(f"{a.log} {key} {pair}: mean {mean} {ci} over {r['windows']} window(s)")

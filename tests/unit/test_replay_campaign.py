@@ -1,0 +1,64 @@
+"""benchmarks/replay_campaign.py on replayed windows committed in benchmarks/results: a
+replay_kth.py document and the same window's arms as replay_alibaba.py writes them (a list
+of arms, or a command beside them) merge into the same figures."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+WINDOW = ROOT / "benchmarks" / "results" / "replay-campaign" / "kth-v2-w0.json"
+
+
+def campaign() -> ModuleType:
+    name = "replay_campaign"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+def merge(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, *parts: Path) -> dict[str, Any]:
+    out = tmp_path / "out.json"
+    monkeypatch.setattr(sys, "argv", ["replay_campaign.py", "--log", "KTH-SP2", *map(str, parts), "--out", str(out)])
+    assert campaign().main() == 0
+    got: dict[str, Any] = json.loads(out.read_text())
+    return got
+
+
+def test_both_formats_give_the_same_window(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    doc = json.loads(WINDOW.read_text())
+    arms = list(doc["windows"][0]["arms"].values())
+    (tmp_path / "list.json").write_text(json.dumps(arms))
+    (tmp_path / "cmd.json").write_text(json.dumps({"command": "benchmarks/replay_alibaba.py --skip 0", "arms": arms}))
+    kth = merge(monkeypatch, tmp_path, WINDOW)
+    row = kth["per_window"][0]
+    plain, bridge = row["arms"]["plain"], row["arms"]["bridge"]
+    # the figures the window's own JSON holds, and its command
+    assert plain["ave_bsld"] == pytest.approx(doc["windows"][0]["arms"]["plain"]["figures"]["all"]["ave_bsld"])
+    assert kth["ratios"]["ave_bsld"]["bridge/plain"]["per_window"] == [pytest.approx(bridge["ave_bsld"] /
+                                                                                     plain["ave_bsld"])]
+    assert kth["commands"] == [doc["command"]] and plain["utilisation"]["all"] > 0
+    for name, command in (("list.json", None), ("cmd.json", "benchmarks/replay_alibaba.py --skip 0")):
+        other = merge(monkeypatch, tmp_path, tmp_path / name)
+        assert other["per_window"] == kth["per_window"] and other["commands"] == [command]
+
+
+def test_not_a_result_is_refused(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                 capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"windows": [{"start": 1}]}))
+    monkeypatch.setattr(sys, "argv", ["replay_campaign.py", "--log", "x", str(bad), "--out", str(tmp_path / "o")])
+    assert campaign().main() == 2
+    assert "not a replay_kth.py or replay_alibaba.py result" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
