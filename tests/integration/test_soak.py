@@ -12,34 +12,21 @@ replay cluster runs no Prolog/Epilog (the node agent applies no policy there).""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
 
+from tests import benchmark
+
 pytestmark = pytest.mark.integration
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def soak_module() -> ModuleType:
-    """benchmarks/soak.py as a module (benchmarks/ holds scripts, not a package)."""
-    spec = importlib.util.spec_from_file_location("soak", ROOT / "benchmarks" / "soak.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["soak"] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.fixture(scope="module")
 def soak(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, dict[str, Any]]:
     out = tmp_path_factory.mktemp("soak")
-    rc = soak_module().main(["--short", "--workdir", str(out / "work"), "--json", str(out / "soak.json")])
+    rc = benchmark.load("soak").main(["--short", "--workdir", str(out / "work"), "--json", str(out / "soak.json")])
     return rc, json.loads((out / "soak.json").read_text())
 
 

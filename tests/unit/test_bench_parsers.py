@@ -3,25 +3,17 @@ Slurm 22.05 and valgrind 3.19."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 from types import ModuleType
+
+from tests import benchmark
 
 ROOT = Path(__file__).resolve().parents[2]
 CAPTURED = ROOT / "tests" / "data" / "captured"
 
 
 def bench() -> ModuleType:
-    """The benchmark as a module (benchmarks/ is scripts, not a package)."""
-    name = "bridge_throughput"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
+    return benchmark.load("bridge_throughput")
 
 
 def test_allocate_usec_reads_each_submission_line_and_nothing_else() -> None:

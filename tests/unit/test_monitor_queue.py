@@ -7,12 +7,10 @@ checked by Prometheus's own `promtool check metrics`."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import random
 import shutil
 import subprocess
-import sys
 import time
 from pathlib import Path
 from types import ModuleType
@@ -37,6 +35,7 @@ from slurm_hetero.site import Site, load_site
 from slurm_hetero.slurm.commands import sinfo_capacity_argv
 from slurm_hetero.slurm.parse import parse_sinfo_nodes
 from slurm_hetero.slurm.squeue import SQUEUE_JSON_ARGV, parse_job
+from tests import benchmark
 from tests.unit.test_monitor_cluster import CapturedSlurm, scrape
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -302,15 +301,7 @@ SINFO_JSON = (CAPTURED / "sinfo-json-frag-22.05.json").read_text()
 
 
 def bench() -> ModuleType:
-    """benchmarks/fragmentation_check.py as a module (benchmarks/ is scripts, not a package)."""
-    name = "fragmentation_check"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
+    return benchmark.load("fragmentation_check")
 
 
 def exporter_view(view: SiteView, capacity: str, queue: str) -> dict[str, tuple[int, int]]:

@@ -4,7 +4,6 @@ of arms, or a command beside them) merge into the same figures."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import sys
 from pathlib import Path
@@ -13,19 +12,14 @@ from typing import Any
 
 import pytest
 
+from tests import benchmark
+
 ROOT = Path(__file__).resolve().parents[2]
 WINDOW = ROOT / "benchmarks" / "results" / "replay-campaign" / "kth-v2-w0.json"
 
 
 def campaign() -> ModuleType:
-    name = "replay_campaign"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
+    return benchmark.load("replay_campaign")
 
 
 def merge(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, *parts: Path) -> dict[str, Any]:

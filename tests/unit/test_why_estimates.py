@@ -3,31 +3,19 @@ the figures from crafted samples."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
 from slurm_hetero.replay.metrics import Outcome
 from slurm_hetero.slurm.commands import START_FORMAT, squeue_start_all_argv
 from slurm_hetero.slurm.parse import StartEstimate, parse_squeue_start
+from tests import benchmark
 
-ROOT = Path(__file__).resolve().parents[2]
 DATA = Path(__file__).resolve().parent / "data"
 
 
-def _bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("why_estimates", ROOT / "benchmarks" / "why_estimates.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["why_estimates"] = mod  # dataclasses look their module up
-    spec.loader.exec_module(mod)
-    return mod
-
-
-bench = _bench()
+bench = benchmark.load("why_estimates")
 
 
 def test_argv_asks_pending_jobs_with_the_reason_last() -> None:
