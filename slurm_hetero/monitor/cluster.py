@@ -62,6 +62,7 @@ from slurm_hetero.slurm.runner import Runner
 from slurm_hetero.slurm.squeue import MAX_JSON_BYTES, SQUEUE_JSON_ARGV, QueuedJob, json_number, parse_job
 
 log = logging.getLogger("slurm-hetero.monitor")
+ACCOUNTING_TIMEOUT_S = 10.0  # slurmdbd answers `sacctmgr list cluster` in milliseconds
 ARCHES = ("x86_64", "aarch64")
 NODE_STATES = ("idle", "alloc", "mix", "drain", "down", "maint", "other")
 LOST_WINDOW_S = 86400.0  # hetero_pool_lost_device_seconds looks back this far
@@ -488,9 +489,9 @@ class ClusterExporter:
         self.accounting_up: bool | None = None
         self.accounting_t: float | None = None
 
-    def _out(self, argv: list[str]) -> str:
+    def _out(self, argv: list[str], timeout: float | None = None) -> str:
         self.calls[argv[0]] += 1
-        return self.runner.out(argv, timeout=max(10.0, min(60.0, self.every)))
+        return self.runner.out(argv, timeout=timeout or max(10.0, min(60.0, self.every)))
 
     def round(self) -> Round:
         """One squeue --json and one sinfo, then the free devices (`fast_round`); the tier's
@@ -527,8 +528,8 @@ class ClusterExporter:
         not answer, slurmctld queues what accounting must hear (sdiag's DBD Agent queue, up to
         MaxDBDMsgs, then drops it) and sacct answers nothing new. Its own call, apart from
         the round: a slurmctld that does not answer says nothing about slurmdbd."""
-        try:
-            self._out(sacctmgr_ping_argv())
+        try:  # a cheap question: a slurmdbd that hangs (stopped, not gone) must not hold the round
+            self._out(sacctmgr_ping_argv(), timeout=ACCOUNTING_TIMEOUT_S)
         except RuntimeFailure as e:
             if self.accounting_up is not False:  # once per outage, not once a round
                 log.warning("accounting (slurmdbd) does not answer: %s", e)

@@ -17,6 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from slurm_hetero.bridge.snapshot import PoolCapacity, to_lua
 from slurm_hetero.errors import RuntimeFailure
 from slurm_hetero.monitor.cluster import (
+    ACCOUNTING_TIMEOUT_S,
     ClusterExporter,
     QueueEntry,
     SiteView,
@@ -242,10 +243,13 @@ def test_maintenance_nodes_are_not_usable(site: Site, state: str, usable: bool) 
 class AccountingAway(CapturedSlurm):
     """slurmdbd stopped: sacctmgr fails as it does (exit 1, "Connection refused")."""
 
+    ping_timeout: float | None = None
+
     def run(self, argv: Sequence[str], *, check: bool = True, timeout: float | None = None,
             input: str | None = None) -> subprocess.CompletedProcess[str]:
         if argv[0] == "sacctmgr":
             self.argvs.append(list(argv))
+            self.ping_timeout = timeout
             raise RuntimeFailure("sacctmgr: error: Sending PersistInit msg: Connection refused")
         return super().run(argv, check=check, timeout=timeout, input=input)
 
@@ -267,3 +271,5 @@ def test_accounting_check_says_whether_slurmdbd_answers_apart_from_the_round(sit
     assert got["hetero_accounting_answer_timestamp_seconds"] == [({}, 1000.0)]
     # the round still reads the queue: slurmctld answers while slurmdbd does not
     assert up.round().t == 1060.0 and away.argvs[0] == sacctmgr_ping_argv()
+    # asked with a short timeout of its own, not the round's: a hung slurmdbd holds no round long
+    assert away.ping_timeout == ACCOUNTING_TIMEOUT_S < up.every
