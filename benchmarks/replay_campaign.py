@@ -7,7 +7,8 @@ own JSON, so a killed session loses one window at most) into per-window figures,
 Per window: each arm's AVEbsld, mean wait, measured jobs never started when the replay stopped
 looking, jobs killed before / at their limit, and the replay's own fidelity (release lag and
 runtime error, trace seconds); over windows: each arm ÷ plain and bridge ÷ easy++ (AVEbsld and
-mean wait), the mean of the per-window ratios with a 95% Student t-interval. `--merged` also
+mean wait), the mean of the per-window ratios with a 95% Student t-interval, and their
+geometric mean with its interval (pairs that never ran together are left out). `--merged` also
 writes the windows as one `replay merge` document, which `slurm-hetero report --replay FILE`
 turns into the report's "What-if replay" section (wait CDF per arm, per-window ratios).
 """
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import sys
 import tempfile
@@ -80,15 +82,39 @@ def window_row(start: int, res: dict[str, ArmResult]) -> dict[str, Any]:
             "measured_not_started_in_some_arm": left_out}
 
 
+def geometric(per: list[float]) -> tuple[float | None, list[float] | None]:
+    """The geometric mean of per-window ratios and its 95% interval (the t-interval of their
+    logarithms, taken back): a window at 2.0 and one at 0.5 cancel, where their arithmetic
+    mean says 1.25 — so a/b and b/a tell the same story. None where a ratio is 0 (no log).
+
+    >>> g, ci = geometric([2.0, 0.5]); round(g, 6), ci is not None
+    (1.0, True)
+    >>> geometric([1.0, 0.0])
+    (None, None)
+    """
+    if not per or min(per) <= 0:
+        return None, None
+    logs = [math.log(x) for x in per]
+    ci = merge.t_interval(logs)
+    return math.exp(statistics.mean(logs)), ([math.exp(ci[0]), math.exp(ci[1])] if ci else None)
+
+
 def ratios(rows: list[dict[str, Any]], key: str) -> dict[str, Any]:
+    """Per pair of arms that ran together in at least one window: the per-window ratios, their
+    arithmetic mean with its t-interval (as earlier results state them) and their geometric
+    mean with its interval (the fair summary of ratios: one window's small denominator cannot
+    dominate it)."""
     out = {}
     for a, b in PAIRS:
         per = [r["arms"][a][key] / r["arms"][b][key] for r in rows
                if a in r["arms"] and b in r["arms"] and r["arms"][b][key] and r["arms"][a][key] is not None]
+        if not per:
+            continue
         ci = merge.t_interval(per)
-        out[f"{a}/{b}"] = {"per_window": per, "mean": statistics.mean(per) if per else None,
-                           "median": statistics.median(per) if per else None,
-                           "ci95": list(ci) if ci else None, "windows": len(per)}
+        geo, geo_ci = geometric(per)
+        out[f"{a}/{b}"] = {"per_window": per, "mean": statistics.mean(per), "median": statistics.median(per),
+                           "ci95": list(ci) if ci else None, "geomean": geo, "geo_ci95": geo_ci,
+                           "windows": len(per)}
     return out
 
 
@@ -148,11 +174,11 @@ def main() -> int:
             merge.write(merged, a.merged)
     for key in KEYS:
         for pair, r in summary["ratios"][key].items():
-            if not r["windows"]:
-                continue
             ci = f"[{r['ci95'][0]:.2f}, {r['ci95'][1]:.2f}]" if r["ci95"] else "(no interval)"
-            mean = "-" if r["mean"] is None else f"{r['mean']:.2f}"
-            print(f"{a.log} {key} {pair}: mean {mean} {ci} over {r['windows']} window(s)")
+            gci = f" [{r['geo_ci95'][0]:.2f}, {r['geo_ci95'][1]:.2f}]" if r["geo_ci95"] else ""
+            geo = "-" if r["geomean"] is None else f"{r['geomean']:.2f}{gci}"
+            print(f"{a.log} {key} {pair}: mean {r['mean']:.2f} {ci}, geometric {geo} "
+                  f"over {r['windows']} window(s)")
     print(f"killed before their user's limit: {summary['killed_early']}")
     return 0
 

@@ -56,3 +56,17 @@ def test_not_a_result_is_refused(monkeypatch: pytest.MonkeyPatch, tmp_path: Path
     assert campaign().main() == 2
     assert "not a replay_kth.py or replay_alibaba.py result" in capsys.readouterr().err
     assert not (tmp_path / "o").exists()
+
+
+def test_geometric_mean_is_symmetric_and_absent_pairs_are_left_out(monkeypatch: pytest.MonkeyPatch,
+                                                                      tmp_path: Path) -> None:
+    kth = merge(monkeypatch, tmp_path, WINDOW)
+    ratios = kth["ratios"]["ave_bsld"]
+    assert "bridge-nomodel/plain" not in ratios and "bridge-migrate/plain" not in ratios  # not in this window
+    one = ratios["bridge/plain"]
+    assert one["geomean"] == pytest.approx(one["per_window"][0]) and one["geo_ci95"] is None  # one window
+    g = campaign().geometric
+    up, ci = g([3.8, 0.9, 0.5])
+    down, ci_inv = g([1 / 3.8, 1 / 0.9, 1 / 0.5])
+    assert up * down == pytest.approx(1.0) and ci[0] * ci_inv[1] == pytest.approx(1.0)
+    assert g([1.0, 0.0]) == (None, None) and g([]) == (None, None)
