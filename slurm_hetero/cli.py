@@ -86,15 +86,19 @@ def conf_render(site: Path, out: Path, model: Path | None) -> None:
     """Write slurm.conf, gres.conf, cgroup.conf, plugstack.conf, job_submit.lua, qos.sacctmgr."""
     from slurm_hetero.conf import render_site, write_files
     from slurm_hetero.conf.cli import read_model, render_profile
-    from slurm_hetero.conf.render import MANIFEST, manifest, node_hooks
+    from slurm_hetero.conf.render import MANIFEST, configless_node_dir, manifest, node_files_note, node_hooks
     from slurm_hetero.site import load_site
 
     s = load_site(site)
     profile, why = render_profile(s, read_model(model))
     files = render_site(s, profile)
-    files[MANIFEST] = manifest(files, hooks=node_hooks(s, profile), site_rules=s.slurm.job_submit_script)
+    files[MANIFEST] = manifest(files, hooks=node_hooks(s, profile), site_rules=s.slurm.job_submit_script,
+                               node_dir=configless_node_dir(s, profile))
     write_files(files, out)
     console.print(f"wrote {', '.join(files)} to {out} ({why})")
+    note = node_files_note(s, profile, files)
+    if note:
+        console.print(f"note: {note}")
 
 
 conf.add_command(conf_import)
@@ -121,15 +125,19 @@ def _cluster(workdir: Path | None, site_name: str = "demo") -> Any:
 @click.option("--exporters", is_flag=True,
               help="Also start a node exporter per node and the cluster exporter (Prometheus config in "
                    "WORKDIR/monitor).")
+@click.option("--configless", is_flag=True,
+              help="slurmd fetch their configuration from slurmctld (`--conf-server`), as on a site with "
+                   "SlurmctldParameters=enable_configless (implied by such a site); slurm-hetero's node "
+                   "files are then in WORKDIR/node-etc, which each slurmd sees as /etc/slurm-hetero.")
 @reports_errors
 def cluster_up(site_path: Path, workdir: Path | None, timeout: float, model: Path | None,
-               exporters: bool) -> None:
+               exporters: bool, configless: bool) -> None:
     """Boot the cluster; returns when every node is idle."""
     from slurm_hetero.site import load_site
 
     s = load_site(site_path)
     c = _cluster(workdir, s.name)
-    took = c.up(s, timeout=timeout, log=console.print, model=model)
+    took = c.up(s, timeout=timeout, log=console.print, model=model, configless=configless)
     console.print(f"cluster {s.name} up: {len(s.all_nodes)} nodes idle in {took:.1f} s")
     if exporters:
         ports = c.start_exporters(s)
@@ -308,11 +316,11 @@ def node_restore(node_name: str | None, everything: bool) -> None:
     import socket
 
     from slurm_hetero.energy.agent import job_gone, job_holds_devices, restore
-    from slurm_hetero.energy.state import AgentConfig, config_path
+    from slurm_hetero.energy.state import load_config
 
     name = node_name or socket.gethostname().split(".")[0]
     alive = None if everything else (lambda job: job_holds_devices(job, name))
-    done = restore(AgentConfig.load(config_path()), name, alive, job_gone)
+    done = restore(load_config(), name, alive, job_gone)
     console.print(f"restored {len(done)} device(s) on {name}: {', '.join(done) or 'none needed'}")
 
 
@@ -328,11 +336,11 @@ def node_sample(node_name: str | None, every: float, pidfile: Path | None) -> No
     import socket
 
     from slurm_hetero.energy.sampler import serve
-    from slurm_hetero.energy.state import AgentConfig, config_path
+    from slurm_hetero.energy.state import load_config
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     name = node_name or socket.gethostname().split(".")[0]
-    serve(AgentConfig.load(config_path()), name, every, pidfile=pidfile)
+    serve(load_config(), name, every, pidfile=pidfile)
 
 
 @main.command("demo")

@@ -89,7 +89,8 @@ def node_document(site: Site, profile: Profile) -> dict[str, Any]:
     return {
         "format": FORMAT,
         "site": site.name,
-        "slurm_conf": f"{profile.conf_dir}/slurm.conf",
+        # Configless: none on the node; the wrapper asks Slurm with the job's own SLURM_CONF.
+        "slurm_conf": None if site.slurm.configless else f"{profile.conf_dir}/slurm.conf",
         "runc": profile.runc,
         "images_root": root,
         "dev_dir": profile.dev_dir,
@@ -130,7 +131,8 @@ def _default_tags(images: dict[str, Image]) -> dict[str, str]:
 def container_context(site: Site, profile: Profile) -> dict[str, object]:
     """Template variables for oci.conf, hetero-containers.json, the TaskProlog, job_submit.lua."""
     root = images_root(site, profile)
-    doc_path = f"{profile.conf_dir}/{FILENAME}"
+    folder = profile.node_folder(site.slurm.configless)
+    doc_path = f"{folder}/{FILENAME}"
     entry = posixpath.join(profile.hetero_lib, "slurm_hetero", "containers", "oci_run.py")
     launcher = f"{profile.python} -I -S {entry}"
     return {
@@ -139,7 +141,7 @@ def container_context(site: Site, profile: Profile) -> dict[str, object]:
         "container_launcher": launcher,
         "container_id": "%n.%j.%s.%t",  # unique per node, job, step and task
         "runc_root": runc_root(profile, slurm_view(site, profile).version),
-        "taskprolog": f"{profile.conf_dir}/{TASKPROLOG}" if gres_env(site) else None,
+        "taskprolog": f"{folder}/{TASKPROLOG}" if gres_env(site) else None,
         "taskprolog_gres": gres_env(site),
         "control_devices": CONTROL_DEVICES,
         "images": [{"ref": ref, "path": img.logical_path(root),

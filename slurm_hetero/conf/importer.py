@@ -55,6 +55,7 @@ from typing import Any
 import yaml
 from ClusterShell.NodeSet import NodeSet, NodeSetParseError
 
+from slurm_hetero.conf.nodefiles import NODE_DIR, NODE_FILES
 from slurm_hetero.conf.slurmconf import ENFORCE_DEFAULT
 from slurm_hetero.errors import InputError
 from slurm_hetero.site.catalog import AccelModel, builtin_catalog_data, model_from_fields
@@ -73,6 +74,7 @@ from slurm_hetero.site.slurmlines import (
     check_extra_line,
     check_option,
     include_path,
+    is_configless,
     pairs,
     unquote,
 )
@@ -515,6 +517,7 @@ class _Globals:
     extra: dict[str, str] = field(default_factory=dict)  # lower key -> line (REPEATABLE: key#n)
     seen: set[str] = field(default_factory=set)  # owned keys the file sets
     hooks: dict[str, tuple[str, ConfLine]] = field(default_factory=dict)  # prolog, ... -> (value, line)
+    parameters_at: ConfLine | None = None  # the SlurmctldParameters line Slurm takes (the last)
 
 
 def _globals(lines: list[ConfLine], notes: list[str]) -> _Globals:
@@ -571,6 +574,19 @@ def _global(g: _Globals, key: str, value: str, at: ConfLine, notes: list[str]) -
         if low in g.extra:
             notes.append(f"{at.where}: {key} is set again: the later line is kept, as Slurm does")
         g.extra[low] = f"{key}={value}"
+        if low == "slurmctldparameters":
+            g.parameters_at = at
+
+
+def _configless(g: _Globals, notes: list[str]) -> None:
+    """A configless site's slurmd get slurm.conf and Slurm's other files from slurmctld, never
+    slurm-hetero's: say where those go (conf/nodefiles.py)."""
+    line = g.extra.get("slurmctldparameters")
+    if line and g.parameters_at is not None and is_configless([line]):
+        notes.append(f"{g.parameters_at.where}: SlurmctldParameters=enable_configless: a configless site "
+                     "(kept): slurmd fetch slurm.conf, gres.conf, cgroup.conf, plugstack.conf, oci.conf from "
+                     f"slurmctld, never slurm-hetero's files: {', '.join(NODE_FILES)} go to {NODE_DIR} on "
+                     "every compute node (`conf render` names them, the Ansible role installs them there)")
 
 
 def _pin_defaults(g: _Globals, conf: Path, notes: list[str]) -> None:
@@ -799,6 +815,7 @@ def import_site(slurm_conf: str | Path, gres_conf: str | Path | None = None, *, 
     catalog = _catalog()
     nodes = _read_nodes(lines, catalog, {k.lower(): v for k, v in (gres_map or {}).items()}, notes)
     g = _globals(lines, notes)
+    _configless(g, notes)
     _pin_defaults(g, conf_path, notes)
 
     # Partitions: their nodes (hostlists, ALL, NodeSets); which can be modeled.

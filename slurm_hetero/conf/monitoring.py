@@ -132,10 +132,13 @@ def render_scrape(settings: PrometheusSettings) -> dict[str, str]:
 
 def render_units(profile: Profile, site_path: str, node_port: int | None = None,
                  cluster_port: int | None = None, every_s: float = 1.0,
-                 cluster_every_s: int = 60, monitor: MonitorSettings | None = None) -> dict[str, str]:
+                 cluster_every_s: int = 60, monitor: MonitorSettings | None = None,
+                 configless: bool = False) -> dict[str, str]:
     """The systemd units of the node exporter (compute nodes) and the cluster exporter
     (controller), each as the unprivileged EXPORTER_USER, listening where the site's
-    `monitor:` says, with its web config (TLS, basic auth) when it names one."""
+    `monitor:` says, with its web config (TLS, basic auth) when it names one. `configless`:
+    the node exporter gets no SLURM_CONF (its node has no /etc/slurm; Slurm's commands find
+    slurmd's cache, the agent's config the node folder)."""
     monitor = monitor or MonitorSettings()
     ctx = {"conf_dir": profile.conf_dir, "agent_cli": profile.agent_cli, "snapshot": profile.snapshot_path,
            "site_path": site_path, "every_s": f"{every_s:g}", "cluster_every_s": cluster_every_s,
@@ -143,7 +146,7 @@ def render_units(profile: Profile, site_path: str, node_port: int | None = None,
            "cluster_port": monitor.cluster_port if cluster_port is None else cluster_port,
            "listen": monitor.listen, "web_config_file": monitor.web_config_file, "user": EXPORTER_USER,
            "state": EXPORTER_STATE, "agent_state_dir": profile.agent_state_dir,
-           "slurm_user": profile.slurm_user}
+           "slurm_user": profile.slurm_user, "configless": configless}
     return {NODE_UNIT: _render(NODE_UNIT, **ctx), CLUSTER_UNIT: _render(CLUSTER_UNIT, **ctx)}
 
 
@@ -153,4 +156,5 @@ def monitoring_files(site: Site, profile: Profile, site_path: str) -> dict[str, 
     there count as anywhere (HeteroNodeAgentErrors)."""
     settings = settings_for_site(site, profile, all_nodes=True, node_sd_file=NODE_TARGETS,
                                  cluster_sd_file=CLUSTER_TARGETS)
-    return {**render_units(profile, site_path, monitor=site.monitor), **render_scrape(settings)}
+    return {**render_units(profile, site_path, monitor=site.monitor, configless=site.slurm.configless),
+            **render_scrape(settings)}

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from slurm_hetero.conf.nodefiles import NODE_DIR
+
 
 @dataclass(frozen=True)
 class Profile:
@@ -62,6 +64,14 @@ class Profile:
     runc: str = "/usr/sbin/runc"
     runc_root: str = "/run/user/%U/slurm-hetero-runc"  # runc's state, per user (%U: uid)
     images_root: str | None = None  # None: the site's containers.images_root
+    # Where compute nodes keep slurm-hetero's own files (agent and container config, the
+    # TaskProlog, the health check, the Prolog/Epilog folders). None: conf_dir, or on a
+    # configless site, whose slurmd get only Slurm's files from slurmctld, NODE_DIR.
+    node_dir: str | None = None
+
+    def node_folder(self, configless: bool) -> str:
+        """The folder compute nodes find slurm-hetero's files in (see node_dir)."""
+        return self.node_dir or (NODE_DIR if configless else self.conf_dir)
 
     @property
     def snapshot_path(self) -> str:

@@ -23,6 +23,7 @@ from slurm_hetero.conf.containers import container_context
 from slurm_hetero.conf.devices import device_files, device_paths
 from slurm_hetero.conf.monitoring import HOSTS as MONITORING_HOSTS
 from slurm_hetero.conf.monitoring import monitoring_files
+from slurm_hetero.conf.nodefiles import NODE_FILES
 from slurm_hetero.conf.profile import Profile
 from slurm_hetero.conf.slurmconf import (
     accounting_enforce,
@@ -41,8 +42,9 @@ from slurm_hetero.site.timelimits import over_time_limit
 from slurm_hetero.slurm.parse import parse_duration_s
 from slurm_hetero.templating import environment, lua_long_string
 
-__all__ = ["MANIFEST", "OUTPUTS", "Profile", "agent_config", "device_paths", "devices_spec", "is_sampled",
-           "manifest", "node_hooks", "render_site", "render_template", "write_files"]
+__all__ = ["MANIFEST", "NODE_FILES", "OUTPUTS", "Profile", "agent_config", "configless_node_dir",
+           "device_paths", "devices_spec", "is_sampled", "manifest", "node_files_note", "node_hooks",
+           "render_site", "render_template", "write_files"]
 OUTPUTS: tuple[str, ...] = ("slurm.conf", "gres.conf", "cgroup.conf", "plugstack.conf",
                             "job_submit.lua", "qos.sacctmgr")
 # containers: Slurm's OCI config, what the node-side wrapper reads, the TaskProlog.
@@ -152,6 +154,8 @@ def _context(site: Site, profile: Profile) -> dict[str, object]:
                                   if profile.health_check_interval is None
                                   else profile.health_check_interval),
         "hooks": node_hooks(site, profile),
+        "configless": site.slurm.configless,
+        "node_folder": profile.node_folder(site.slurm.configless),
         **dict(zip(("enforce", "enforce_added"), accounting_enforce(site), strict=True)),
         "sampled_groups": [g.names for g in site.node_groups
                            if is_sampled(g, profile.agent_devices, site.node_agent.sample_stacks)],
@@ -202,12 +206,13 @@ def render_site(site: Site, profile: Profile | None = None) -> dict[str, str]:
 
 
 def manifest(files: Iterable[str], modes: dict[str, int] | None = None,
-             hooks: Iterable[Hook] = (), site_rules: str | None = None) -> str:
+             hooks: Iterable[Hook] = (), site_rules: str | None = None, node_dir: str | None = None) -> str:
     """manifest.json of a rendered folder: each file, the hosts that get it (all, controller,
     compute, or prometheus: the Prometheus server) and its mode, so the deployment copies
     what render wrote and nothing else; the links the node hooks need on compute nodes
     (`node_hooks`) and the site's own job_submit rules the controller must have
-    (slurm.job_submit.script)."""
+    (slurm.job_submit.script). `node_dir` (configless sites): the folder compute nodes get
+    NODE_FILES in, listed as `node_files`."""
     modes = {**MODES, **(modes or {})}
     entries = [{"name": name, "hosts": HOSTS.get(name, "all"), "mode": f"0{modes.get(name, 0o644):o}"}
                for name in files if name != MANIFEST]
@@ -217,19 +222,40 @@ def manifest(files: Iterable[str], modes: dict[str, int] | None = None,
         out["links"] = links
     if site_rules:
         out["site_rules"] = site_rules
+    if node_dir:
+        names = set(files)
+        out.update(node_dir=node_dir, node_files=[n for n in NODE_FILES if n in names])
     return json.dumps(out, indent=1) + "\n"
+
+
+def configless_node_dir(site: Site, profile: Profile) -> str | None:
+    """The folder compute nodes of a configless site get NODE_FILES in; None: not configless."""
+    return profile.node_folder(True) if site.slurm.configless else None
+
+
+def node_files_note(site: Site, profile: Profile, files: Iterable[str]) -> str | None:
+    """What `conf render` says about a configless site: which files Slurm does not ship."""
+    folder = configless_node_dir(site, profile)
+    if folder is None:
+        return None
+    names = [n for n in NODE_FILES if n in set(files)]
+    return (f"configless site (SlurmctldParameters=enable_configless): slurmd fetch only Slurm's own "
+            f"files from slurmctld; install {', '.join(names)} on every compute node in {folder} "
+            "(the Ansible role does; the rendered files name them there)")
 
 
 def node_hooks(site: Site, profile: Profile) -> tuple[Hook, Hook]:
     """Prolog and Epilog as rendered: the node agent (the profile's programs) joined to the
     site's own (slurm.prolog, slurm.epilog), and the links each needs on every compute node
     (site/hooks.py)."""
-    return (joined("Prolog", site.slurm.prolog, profile.prolog, profile.conf_dir),
-            joined("Epilog", site.slurm.epilog, profile.epilog, profile.conf_dir))
+    folder = profile.node_folder(site.slurm.configless)
+    return (joined("Prolog", site.slurm.prolog, profile.prolog, folder),
+            joined("Epilog", site.slurm.epilog, profile.epilog, folder))
 
 
 def agent_config(site: Site, profile: Profile) -> str:
-    """The node agent's config, read from next to slurm.conf (Slurm gives Prolog SLURM_CONF)."""
+    """The node agent's config, read from next to slurm.conf (Slurm gives Prolog SLURM_CONF),
+    or from the node folder (configless sites; energy/state.py config_path)."""
     groups = [{"nodes": g.names,
                "devices": devices_spec(g, profile.agent_devices, site.node_agent.sample_stacks)}
               for g in site.node_groups if g.accelerators]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 
+from slurm_hetero.conf.nodefiles import slurm_conf_dir
 from slurm_hetero.errors import RuntimeFailure
 from slurm_hetero.site.gresconf import GresConfError, read_gres_conf
 from slurm_hetero.slurm.runner import Runner
@@ -49,10 +50,12 @@ def job_allocation(job_id: str, node: str, slurm_conf: str | None = None,
                              f"read ({e}); no devices are given to it") from e
 
 
-def autodetect_of(slurm_conf: str, node: str) -> str:
-    """The node's AutoDetect in gres.conf (beside slurm.conf); "off" where it cannot be read
-    (then the rendered device table is all there is)."""
+def autodetect_of(slurm_conf: str | None, node: str) -> str:
+    """The node's AutoDetect in gres.conf (beside slurm.conf; None: the one this node's Slurm
+    reads, configless included); "off" where it cannot be read (then the rendered device table
+    is all there is)."""
+    folder = os.path.dirname(slurm_conf) if slurm_conf else str(slurm_conf_dir())
     try:
-        return read_gres_conf(os.path.join(os.path.dirname(slurm_conf), "gres.conf"), node).autodetect
+        return read_gres_conf(os.path.join(folder, "gres.conf"), node).autodetect
     except GresConfError:
         return "off"

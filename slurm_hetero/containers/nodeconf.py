@@ -1,6 +1,7 @@
 """hetero-containers.json: what the node-side wrapper and TaskProlog know of the site.
 
-`slurm-hetero conf render` writes it next to slurm.conf (see confgen.py); here it is read
+`slurm-hetero conf render` writes it next to slurm.conf (configless sites: into the node
+folder, conf/nodefiles.py) and names it in oci.conf and the TaskProlog; here it is read
 back with the standard library only, so the wrapper never parses YAML or validates the
 site at job start. Node groups are stored once and nodes point at them.
 """
@@ -58,8 +59,11 @@ class NodeConfig:
         return str(self.doc["images_root"])
 
     @property
-    def slurm_conf(self) -> str:
-        return str(self.doc["slurm_conf"])
+    def slurm_conf(self) -> str | None:
+        """The slurm.conf to ask Slurm with; None (configless sites): the one slurmd gave the
+        job ($SLURM_CONF), as Slurm's own clients find it."""
+        value = self.doc.get("slurm_conf")
+        return str(value) if value else None
 
     @property
     def runc(self) -> str:

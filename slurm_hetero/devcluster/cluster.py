@@ -39,6 +39,7 @@ from typing import TypedDict
 
 from slurm_hetero.bridge.history import HISTORY_FILE
 from slurm_hetero.conf.containers import emulated_paths
+from slurm_hetero.conf.nodefiles import NODE_DIR, NODE_FILES
 from slurm_hetero.conf.render import (
     COUNTERLESS_STACKS,
     Profile,
@@ -57,6 +58,7 @@ from slurm_hetero.energy.fake import FakeDevices
 from slurm_hetero.errors import InputError, RuntimeFailure
 from slurm_hetero.predict.tail import tail_path
 from slurm_hetero.site.model import Site
+from slurm_hetero.site.slurmlines import unquote
 from slurm_hetero.slurm.commands import (
     cancel_user_argv,
     ping_argv,
@@ -113,6 +115,28 @@ def _emulated_device(path: Path) -> None:
         os.mknod(path, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
     except PermissionError:
         path.touch()
+
+
+# A configless slurmd ($1: this cluster's munge socket, $2: node-etc, $3: NODE_DIR, then its
+# argv) in its own mount namespace (Cluster.start_slurmd). Arguments, never interpolated.
+_CONFIGLESS_SLURMD = ('mount -t tmpfs -o mode=755 tmpfs /run && mkdir /run/munge && '
+                      'ln -s "$1" /run/munge/munge.socket.2 && mount --bind "$2" "$3" && shift 3 && '
+                      'exec env -u SLURM_CONF "$@"')
+
+
+def with_configless(site: Site) -> Site:
+    """The site with SlurmctldParameters=enable_configless (added to the site's own
+    SlurmctldParameters where it has one)."""
+    if site.slurm.configless:
+        return site
+    lines = list(site.slurm.extra_lines)
+    mine = [i for i, ln in enumerate(lines) if ln.split("=", 1)[0].strip().lower() == "slurmctldparameters"]
+    if not mine:
+        lines.append("SlurmctldParameters=enable_configless")
+    else:  # Slurm takes the last one
+        value = unquote(lines[mine[-1]].split("=", 1)[1].strip())
+        lines[mine[-1]] = f"SlurmctldParameters={value},enable_configless"
+    return dataclasses.replace(site, slurm=dataclasses.replace(site.slurm, extra_lines=tuple(lines)))
 
 
 def _hook_link(link: Path, target: str, key: str) -> None:
@@ -173,6 +197,7 @@ class ClusterMeta(TypedDict, total=False):
     clock: dict[str, float]  # {"speed": K, "offset_s": OFF}
     bridge: bool
     power: bool  # power saving on: a node's slurmd may be stopped (the node "asleep")
+    configless: bool  # slurmd fetch their files from slurmctld (`start_slurmd`)
     exporters: dict[str, int]  # Prometheus exporters: node name (or "cluster") -> port
 
 
@@ -196,6 +221,8 @@ class Cluster:
         self.spool, self.dev, self.munge, self.db = w / "spool", w / "dev", w / "munge", w / "db"
         self.lib = w / "lib"  # the node side's code (`_install_lib`)
         self.conf = self.etc / "slurm.conf"
+        # configless: slurm-hetero's node files, seen by each slurmd as NODE_DIR (start_slurmd)
+        self.node_etc = w / "node-etc"
         self.agent_dir = w / "agent"  # the node agent's state and log
         # For a site with node_agent.shared_spool: every node's figures, one writer per job.
         self.shared_spool = w / "shared-spool"
@@ -300,14 +327,19 @@ class Cluster:
     # ---- up ---------------------------------------------------------------------------
     def up(self, site: Site, timeout: float = 90.0, log: object = print,
            model: Path | None = None, clock: fakeclock.ClockSpec | None = None,
-           bridge: bool = True) -> float:
+           bridge: bool = True, configless: bool = False) -> float:
         """Boot the cluster (or check an already running one); returns seconds to all-idle.
         `model`: an exported runtime model to compile into the bridge.
 
         For replay: `clock` runs every Slurm process on one accelerated clock
         (`clock.py`; slurm.conf then has no Prolog/Epilog/HealthCheck/TaskProlog and its
         timeouts scaled, and the NPU samplers are not started); `bridge=False` leaves the
-        bridge out (no job_submit.lua, no bridge daemon): Slurm as it comes."""
+        bridge out (no job_submit.lua, no bridge daemon): Slurm as it comes.
+
+        `configless` (implied by a configless site): slurmctld serves the configuration (the
+        site gains SlurmctldParameters=enable_configless) and every slurmd fetches it
+        (`start_slurmd`), as a configless site's nodes do: slurm-hetero's node files are only
+        in NODE_DIR."""
         say = log if callable(log) else print
         t0 = time.monotonic()
         if self.is_up() and self.info().get("site") == site.name:
@@ -329,7 +361,9 @@ class Cluster:
                              f"be {longest} characters long, a Unix socket path at most "
                              f"{SOCKET_PATH_MAX}; use a shorter folder")
         if any(self.pid(d) for d in self.daemons()):
-            say("a previous cluster in this workdir is partly running: stopping it first")
+            gone = [d.name for d in self.daemons() if not d.supervised and not self.pid(d)]
+            say(f"a previous cluster in this workdir is partly running ({', '.join(gone) or 'another site'} "
+                "not): stopping it first")
             self.down(log=say)
         self._open_folders(say)
         self._install_lib(say)
@@ -351,6 +385,9 @@ class Cluster:
             meta["bridge"] = False
         if site.power.enabled:
             meta["power"] = True
+        if configless or site.slurm.configless:  # the rendered files name NODE_DIR then
+            meta["configless"] = True
+            site = with_configless(site)
         write_files({"cluster.json": json.dumps(meta, indent=1)}, self.workdir)
         self._write_confs(site, meta)
         self._start_munge()
@@ -372,6 +409,14 @@ class Cluster:
         for n in nodes:
             self.start_slurmd(n)
         self._wait_idle(timeout - (time.monotonic() - t0))
+        # A sampler writes its own pidfile once Python has imported it (seconds on a loaded
+        # machine): `up` is done only when it has, or a second `up` sees a daemon missing and
+        # boots the cluster again.
+        samplers = [d for d in self.daemons() if d.name.startswith("sampler ")]
+        if not procs.wait_until(lambda: all(self.pid(d) for d in samplers),
+                                max(10.0, timeout - (time.monotonic() - t0))):
+            missing = [d.name for d in samplers if not self.pid(d)]
+            raise RuntimeFailure(f"{', '.join(missing)} did not come up (see {self.log})\n" + self.explain())
         return time.monotonic() - t0
 
     # ---- what other users' jobs need -------------------------------------------------------
@@ -480,8 +525,21 @@ class Cluster:
 
     def start_slurmd(self, node: str, rebooted: bool = False, env: dict[str, str] | None = None) -> None:
         """One node's slurmd; `rebooted`: report a fresh boot (-b), as a resumed node must;
-        `env`: what to add to (or change in) its environment (a fault: a skewed clock)."""
-        self._spawn(["slurmd", *(["-b"] if rebooted else []), "-N", node], env=env)
+        `env`: what to add to (or change in) its environment (a fault: a skewed clock).
+
+        Configless, each slurmd runs in a mount namespace of its own: Slurm 22.05's slurmd
+        fetches its configuration before it knows AuthInfo and has no --authinfo (23.x), so
+        it asks munge at the default /run/munge/munge.socket.2 (here a link to this cluster's
+        socket, on a private /run that also keeps the /run/slurm/conf link slurmd makes to
+        its cache apart from the other slurmds'); and NODE_DIR is this cluster's node-etc/."""
+        argv = ["slurmd", *(["-b"] if rebooted else []), "-N", node]
+        if self.info().get("configless"):
+            server = f"127.0.0.1:{self.info()['ctld_port']}"
+            Path(NODE_DIR).mkdir(mode=0o755, parents=True, exist_ok=True)  # the mount point
+            argv = ["unshare", "--mount", "--propagation", "private", "sh", "-c", _CONFIGLESS_SLURMD, "sh",
+                    str(self.munge / "munge.socket"), str(self.node_etc), NODE_DIR,
+                    *argv, "--conf-server", server]
+        self._spawn(argv, env=env)
 
     def start_exporters(self, site: Site, every: float = 1.0, tier_s: float = 10.0,
                         cluster_every: float = 60.0, sacct_every: float = 600.0,
@@ -614,9 +672,12 @@ class Cluster:
             "slurmdbd.conf", dbd_port=meta["dbd_port"], db_socket=self.db_socket,
             auth_info=profile.auth_info, log_dir=self.log, run_dir=self.run)
         write_files(files, self.etc, modes={"slurmdbd.conf": 0o600})
+        if meta.get("configless"):  # what a configless node has of ours: NODE_DIR's files
+            write_files({n: files[n] for n in NODE_FILES if n in files}, self.node_etc)
+            os.chmod(self.node_etc, 0o755)
         for hook in node_hooks(site, profile):  # the agent beside the site's own Prolog/Epilog
             for link, target in hook.links:
-                _hook_link(Path(link), target, hook.key)
+                _hook_link(self._on_node(link), target, hook.key)
         write_stubs(site, str(profile.images_root))  # containers: what --image names
         for g in site.node_groups:
             for node in g.nodes:
@@ -638,6 +699,12 @@ class Cluster:
                     FakeDevices.create(fake, a.model.gres_name, a.count, a.model.id,
                                        default_w=a.model.tdp_watts,
                                        memory_mib=a.model.device_memory_mib, counter=counter)
+
+    def _on_node(self, path: str) -> Path:
+        """Where a node path lies on this machine: NODE_DIR's files are node-etc/'s when configless."""
+        if self.info().get("configless") and path.startswith(NODE_DIR + "/"):
+            return self.node_etc / path[len(NODE_DIR) + 1:]
+        return Path(path)
 
     def _spawn(self, argv: list[str], log: Path | None = None,
                env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
@@ -692,18 +759,24 @@ class Cluster:
         authenticated by the connecting process's uid (unix_socket), with no password."""
         os.chmod(self.db, 0o700)
         data = self.db / "data"
+        # Its own temporary folder: with /tmp shared, two clusters bootstrapping at once
+        # (parallel tests, replays side by side) once lost a temporary table file to each
+        # other ("Error on delete of '/tmp/#sql-temptable-...'") and mysql_install_db failed.
+        tmp = self.db / "tmp"
+        tmp.mkdir(mode=0o700, exist_ok=True)
         if not (data / "mysql").exists():
             shutil.rmtree(data, ignore_errors=True)
             r = subprocess.run(["mysql_install_db", "--no-defaults", f"--datadir={data}",
                                 "--user=root", "--auth-root-authentication-method=socket",
-                                "--skip-test-db"],
-                               capture_output=True, text=True, check=False)
+                                "--skip-test-db", f"--tmpdir={tmp}"],
+                               capture_output=True, text=True, check=False,
+                               env={**os.environ, "TMPDIR": str(tmp)})
             if r.returncode != 0:
                 raise RuntimeFailure("mysql_install_db failed:\n" + r.stderr[-2000:])
         mariadbd = shutil.which("mariadbd") or "/usr/sbin/mariadbd"
         self.db_socket.unlink(missing_ok=True)
         self._spawn([mariadbd, "--no-defaults", f"--datadir={data}",
-                     f"--socket={self.db_socket}", "--skip-networking",
+                     f"--socket={self.db_socket}", "--skip-networking", f"--tmpdir={tmp}",
                      "--user=root", f"--pid-file={self.db}/mariadb.pid",
                      "--skip-name-resolve", "--innodb-buffer-pool-size=64M",
                      "--innodb-log-file-size=16M"], log=self.db / "mariadb.log")

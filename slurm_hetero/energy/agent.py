@@ -13,7 +13,8 @@ energy (J), mean power and mean utilisation per device into the job's admin comm
 Both always exit 0: a device without a control, or any error, is logged and skipped —
 never a failed job or a drained node. State lives in files, so a crash between prolog and
 epilog ends in restored defaults: the next prolog that gets the device, or `node restore`.
-The config is `hetero-agent.json` next to slurm.conf (Slurm gives Prolog SLURM_CONF).
+The config is `hetero-agent.json` next to slurm.conf (Slurm gives Prolog SLURM_CONF), or on a
+configless site in the node folder /etc/slurm-hetero (conf/nodefiles.py).
 """
 
 from __future__ import annotations

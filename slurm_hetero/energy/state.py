@@ -1,13 +1,13 @@
-"""The node agent's configuration (`hetero-agent.json` next to slurm.conf) and its state on
-disk: per node, one file per running job and one per device a job changed. Shared by the
-prolog/epilog (agent.py) and the sampler daemon (sampler.py).
+"""The node agent's configuration (`hetero-agent.json`: next to slurm.conf, or on a configless
+site in the node folder, conf/nodefiles.py) and its state on disk: per node, one file per
+running job and one per device a job changed. Shared by the prolog/epilog (agent.py) and
+the sampler daemon (sampler.py).
 """
 
 from __future__ import annotations
 
 import fcntl
 import json
-import os
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from slurm_hetero.conf.nodefiles import AGENT_CONFIG, find_node_file, slurm_conf_dir
+from slurm_hetero.errors import InputError
 from slurm_hetero.fileio import write_json_atomic
 from slurm_hetero.site.policies import AutoRule, EnergyPolicy
 from slurm_hetero.slurm import hostlist
@@ -43,10 +45,10 @@ class AgentConfig:
                    gres_conf=Path(d["gres_conf"]) if isinstance(d.get("gres_conf"), str) else None)
 
     def gres_path(self) -> Path:
-        """Slurm reads gres.conf from slurm.conf's folder, always."""
+        """Slurm reads gres.conf from slurm.conf's folder, always (configless: its cache)."""
         if self.gres_conf is not None:
             return self.gres_conf
-        return Path(os.environ.get("SLURM_CONF", "/etc/slurm/slurm.conf")).parent / "gres.conf"
+        return slurm_conf_dir() / "gres.conf"
 
     def devices_for(self, node: str) -> str | None:
         for g in self.groups:
@@ -56,8 +58,22 @@ class AgentConfig:
 
 
 def config_path() -> Path:
-    conf = os.environ.get("SLURM_CONF", "/etc/slurm/slurm.conf")
-    return Path(os.environ.get("SLURM_HETERO_AGENT", Path(conf).parent / "hetero-agent.json"))
+    """$SLURM_HETERO_AGENT, else hetero-agent.json beside $SLURM_CONF, else in the node folder;
+    NodeFileMissing (a FileNotFoundError naming every path looked at) where none is."""
+    return find_node_file(AGENT_CONFIG, "SLURM_HETERO_AGENT")
+
+
+def required_config_path() -> Path:
+    """config_path() for the admin commands and daemons: InputError (exit 2) naming every
+    path looked at where there is none."""
+    try:
+        return config_path()
+    except FileNotFoundError as e:
+        raise InputError(f"cannot read the node agent's config: {e}") from e
+
+
+def load_config() -> AgentConfig:
+    return AgentConfig.load(required_config_path())
 
 
 class NodeState:

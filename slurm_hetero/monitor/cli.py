@@ -87,7 +87,7 @@ def node_exporter(node_name: str | None, port: int, listen: str, web_config_file
                   state_dir: Path | None, pidfile: Path | None) -> None:
     """Per-device metrics of this node for Prometheus (until SIGTERM)."""
     from slurm_hetero.energy.backends import open_devices
-    from slurm_hetero.energy.state import AgentConfig, config_path
+    from slurm_hetero.energy.state import AgentConfig, required_config_path
     from slurm_hetero.monitor.node import NodeExporter, node_arch, serve_node
 
     if tier_s < every:
@@ -95,7 +95,7 @@ def node_exporter(node_name: str | None, port: int, listen: str, web_config_file
     endpoint = _endpoint(listen, web_config_file)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     name = node_name or socket.gethostname().split(".")[0]
-    path = config_path()
+    path = required_config_path()
     try:
         cfg = AgentConfig.load(path)
     except (OSError, ValueError, KeyError, TypeError) as e:

@@ -11,6 +11,7 @@ from slurm_hetero.site.catalog import AccelModel, Normalization
 from slurm_hetero.site.images import ContainerSettings, DriverInfo, Image
 from slurm_hetero.site.monitor import MonitorSettings
 from slurm_hetero.site.policies import DEFAULT_POLICIES, AutoRule, EnergyPolicy
+from slurm_hetero.site.slurmlines import is_configless
 from slurm_hetero.site.units import size_gb_label
 
 
@@ -197,6 +198,12 @@ class SlurmSettings:
     epilog: str | None = None
     task_prolog: str | None = None
     plugstack_lines: tuple[str, ...] = ()
+
+    @property
+    def configless(self) -> bool:
+        """slurmd fetch their files from slurmctld (`SlurmctldParameters=enable_configless` in
+        extra_lines): slurm-hetero's node files go to the node folder (conf/nodefiles.py)."""
+        return is_configless(self.extra_lines)
 
 
 @dataclass(frozen=True)

@@ -266,3 +266,24 @@ def merge_items(rendered: str, site: str) -> str:
             items.append(item)
             have.add(item.lower())
     return ",".join(items)
+
+
+def is_configless(lines: tuple[str, ...] | list[str]) -> bool:
+    """Whether slurm.conf lines make slurmctld serve the configuration (configless slurmd):
+    `enable_configless` in the last SlurmctldParameters, as Slurm takes the last value.
+
+    >>> is_configless(["SlurmctldParameters=idle_on_node_suspend,enable_configless"])
+    True
+    >>> is_configless(["SlurmctldParameters=enable_configless", "SlurmctldParameters=cloud_dns"])
+    False
+    """
+    value = ""
+    for line in lines:
+        try:
+            found = pairs(line)
+        except LineError:
+            continue
+        for key, v in found:
+            if key.lower() == "slurmctldparameters":
+                value = unquote(v)
+    return "enable_configless" in {item.strip().lower() for item in value.split(",")}

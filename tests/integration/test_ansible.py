@@ -383,6 +383,30 @@ def test_manifest_says_which_hosts_get_which_file(cluster: Cluster, tmp_path: Pa
     assert not (tmp_path / "hosts" / "node1" / "units").exists()  # slurm_hetero_sampler is off
 
 
+def test_configless_compute_nodes_get_our_files_in_the_node_folder(cluster: Cluster, tmp_path: Path) -> None:
+    """A configless render (manifest.json's node_dir, node_files): slurmd fetch Slurm's files,
+    so compute nodes get slurm-hetero's in the node folder; other hosts as before."""
+    src = tmp_path / "src"
+    shutil.copytree(cluster.etc, src)
+    (src / "manifest.json").write_text(json.dumps({
+        "version": 1, "files": [{"name": "slurm.conf", "hosts": "all"}, {"name": "hetero-agent.json", "hosts": "all"},
+                                {"name": "hetero-healthcheck", "hosts": "all", "mode": "0755"}],
+        "node_dir": "/etc/slurm-hetero", "node_files": ["hetero-agent.json", "hetero-healthcheck"]}))
+    inv = inventory(tmp_path, {"slurm_controller": ["ctl"], "slurm_compute": ["node1"]})
+    node_dir = tmp_path / "hosts" / "node1" / "slurm-hetero"  # stands for /etc/slurm-hetero
+    r = deploy(cluster, tmp_path, inv, src=src, slurm_hetero_verify=False, slurm_hetero_apply_qos=False,
+               slurm_hetero_node_dir=str(node_dir))
+    assert r.returncode == 0, r.stdout[-3000:]
+    assert sorted(p.name for p in (tmp_path / "hosts" / "node1" / "etc").iterdir()) == ["slurm.conf"]
+    assert sorted(p.name for p in node_dir.iterdir()) == ["hetero-agent.json", "hetero-healthcheck"]
+    assert (node_dir / "hetero-healthcheck").stat().st_mode & 0o777 == 0o755
+    assert sorted(p.name for p in (tmp_path / "hosts" / "ctl" / "etc").iterdir()) == \
+        ["hetero-agent.json", "hetero-healthcheck", "slurm.conf"]
+    again = deploy(cluster, tmp_path, inv, src=src, slurm_hetero_verify=False, slurm_hetero_apply_qos=False,
+                   slurm_hetero_node_dir=str(node_dir))
+    assert again.returncode == 0 and changed(again)["node1"] == 0, changed_tasks(again.stdout)
+
+
 @pytest.mark.parametrize("bad", ["no folder", "no such folder", "path in manifest", "manifest version",
                                  "file missing", "prometheus without the jobs"])
 def test_role_input_errors_are_clear(cluster: Cluster, tmp_path: Path, bad: str) -> None:

@@ -423,8 +423,10 @@ def test_container_wrapper_refuses_gpus_it_cannot_place(tmp_path: Path, monkeypa
     monkeypatch.setattr(wrapper, "job_allocation", allocation)
     # No device table for the node and no AutoDetect: a CPU container, no Slurm call.
     assert wrapper.node_allocation(tree.conf, "12", "cpu-x86-01") == {} and asked == []
-    Path(tree.conf.slurm_conf).parent.mkdir(parents=True, exist_ok=True)
-    (Path(tree.conf.slurm_conf).parent / "gres.conf").write_text("NodeName=cpu-x86-01 AutoDetect=nvml\n")
+    slurm_conf = tree.conf.slurm_conf
+    assert slurm_conf is not None  # None only on configless sites
+    Path(slurm_conf).parent.mkdir(parents=True, exist_ok=True)
+    (Path(slurm_conf).parent / "gres.conf").write_text("NodeName=cpu-x86-01 AutoDetect=nvml\n")
     assert wrapper.node_allocation(tree.conf, "12", "cpu-x86-01") == {} and asked == ["cpu-x86-01"]
     held["gpu"] = [0]
     with pytest.raises(RuntimeFailure, match=r"gres\.conf has AutoDetect=nvml for cpu-x86-01: slurmd "
