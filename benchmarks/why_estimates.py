@@ -9,6 +9,8 @@ reason Slurm recorded.
         [--every 2] [--within 5] [--min-wait 10] [--drain-hours 4] [--arm ARM] [--first 0]
         [--users root|local] [--workdir DIR] [--capture DIR] [--json [OUT]]
     .venv/bin/python benchmarks/why_estimates.py --from-json OUT   (a saved run's figures, again)
+    .venv/bin/python benchmarks/why_estimates.py --from-json OUT --recompute DIR
+        (why's estimates of that run again, with this code, from the inputs --capture DIR kept)
 
 Windows. kth: the campaign's `--pick band` rule (replay_kth.py --band 0.8,1.5 --min-jobs 20
 --of 10, 2 h windows, 1 h warm-up; --first K its K-th window), replayed for --hours from that
@@ -29,7 +31,11 @@ once: the first non-empty estimate of each source (why's "slurm", why's "ours", 
 --start) seen within --within of that first poll, and why's cause (its reason code) at the
 first poll where Slurm had looked at the job (reason not `None`), or `None` if it never did
 within --within; and, while the job waits, the last pending reason squeue showed (`%r`, `None`
-and holds left out): the reason Slurm recorded.
+and holds left out): the reason Slurm recorded. With why's ours, from the same answer: its
+range (not before, at the latest) and what it was made from (`used`: the jobs ahead, each
+running job of the pool with its ends by limit, own limit, p50, p90 and the one assumed).
+--capture DIR also keeps every why call's inputs, so that `--from-json OUT --recompute DIR`
+gives why's figures of that run again with other code (build_why is pure).
 
 Clocks. slurmctld, every client command and each job run on the dev cluster's accelerated
 clock (libfaketime, x--speed); this process runs on real time. Every time compared here is
@@ -43,7 +49,8 @@ seconds (printed in trace minutes); only --every and the run's cost are real sec
 Figures (jobs measured, started, waited > --min-wait): per source, error = |estimate - real
 start| (the first start of a requeued job), median and p90 over the jobs that got an
 estimate, n, and the fraction of jobs with none (no sample, or the source gave none within
---within); also the median signed error (estimate - start: > 0 too late). A job that waited
+--within); also the median signed error (estimate - start: > 0 too late); the same for ours'
+range, and how often the real start fell within it. A job that waited
 that long and never started (the replay stopped first) has no error; per source, how many of
 those had an estimate already past when the replay stopped (known too early). Cause match: over
 the same jobs with both a cause and a recorded reason, the fraction where why's reason code
@@ -60,6 +67,7 @@ from __future__ import annotations
 import argparse
 import collections
 import dataclasses
+import gzip
 import json
 import statistics
 import sys
@@ -78,7 +86,6 @@ from slurm_hetero.fileio import write_json_atomic
 from slurm_hetero.replay.clockmap import ClockMap
 from slurm_hetero.replay.metrics import Outcome
 from slurm_hetero.reports.why import (
-    ASSOC_LIMIT_FIELDS,
     Inputs,
     QJob,
     build_why,
@@ -90,6 +97,7 @@ from slurm_hetero.reports.why import (
 )
 from slurm_hetero.site import Site
 from slurm_hetero.slurm.commands import (
+    ASSOC_LIMIT_FIELDS,
     sacctmgr_assoc_limits_argv,
     sacctmgr_qos_limits_argv,
     sinfo_capacity_argv,
@@ -102,6 +110,10 @@ from slurm_hetero.slurm.squeue import SQUEUE_JSON_ARGV
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 SOURCES = ("why_slurm", "why_ours", "squeue_start")
+# why's range around ours, from the same answer as ours (a sample settles without them).
+RANGE = ("why_ours_earliest", "why_ours_latest")
+INPUTS = "why-inputs.jsonl.gz"  # --capture: each why call's inputs
+SITES = {t: ROOT / "tests" / "data" / "replay" / f"{t}-site.yaml" for t in ("kth", "alibaba")}
 NOT_RECORDED = frozenset({"None"})  # not a reason Slurm waits for: it has not looked yet
 
 
@@ -119,17 +131,19 @@ class Sample:
     why_at: float | None = None  # faked time of why's first answer
     cause: str | None = None  # why's reason code (the first answer where Slurm had looked)
     cause_at: float | None = None
-    estimates: dict[str, float | None] = field(default_factory=lambda: dict.fromkeys(SOURCES))
-    estimated_at: dict[str, float | None] = field(default_factory=lambda: dict.fromkeys(SOURCES))
+    estimates: dict[str, float | None] = field(default_factory=lambda: dict.fromkeys(SOURCES + RANGE))
+    estimated_at: dict[str, float | None] = field(default_factory=lambda: dict.fromkeys(SOURCES + RANGE))
     ours_basis: str | None = None  # why's words for its own estimate (or why there is none)
     last_reason: str | None = None  # the last pending reason squeue showed while it waited
     reasons: list[str] = field(default_factory=list)  # every distinct reason, in order seen
+    # What why's kept "ours" was made from (`used`): see `used_by`.
+    used: dict[str, Any] | None = None
 
     def settled(self) -> bool:
-        return self.cause is not None and all(v is not None for v in self.estimates.values())
+        return self.cause is not None and all(self.estimates.get(k) is not None for k in SOURCES)
 
     def note(self, source: str, value: float | None, now: float) -> None:
-        if value is not None and self.estimates[source] is None:
+        if value is not None and self.estimates.get(source) is None:
             self.estimates[source], self.estimated_at[source] = value, now
 
     def saw_reason(self, reason: str) -> None:
@@ -155,6 +169,8 @@ class Sampler:
         self.poll_s: list[float] = []  # real seconds each poll took
         self.errors: list[str] = []
         self._captured = 0
+        if capture is not None:
+            (capture / INPUTS).unlink(missing_ok=True)  # this run's calls only
 
     def watch(self, runner: Runner, clock: ClockMap) -> Callable[[], None]:
         stop = threading.Event()
@@ -202,7 +218,8 @@ class Sampler:
 
     def ask_why(self, runner: Runner, clock: ClockMap, due: list[str],
                 starts: dict[str, StartEstimate]) -> None:
-        jobs = parse_queue(runner.out(SQUEUE_JSON_ARGV, timeout=60))
+        jobs_text = runner.out(SQUEUE_JSON_ARGV, timeout=60)
+        jobs = parse_queue(jobs_text)
         sinfo = runner.out(sinfo_capacity_argv(), timeout=60)
         by_id = {str(j.job_id): j for j in jobs}
         wanted = [by_id[jid] for jid in due if jid in by_id and by_id[jid].pending]
@@ -210,18 +227,24 @@ class Sampler:
         now = clock.now()
         for job in wanted:
             est = starts.get(str(job.job_id))
-            start_text = f"{job.job_id} {int(est.start)}\n" if est and est.start else None
-            w = build_why(Inputs(job, None, jobs, sinfo, qos, assoc.get(job.account), start_text),
-                          self.site, now=now)
-            s = self.samples[str(job.job_id)]
-            if s.why_at is None:
-                s.why_at = now
-            if w.reason is not None and s.cause is None and w.reason.code not in NOT_RECORDED:
-                s.cause, s.cause_at = w.reason.code, now
-            s.note("why_slurm", w.estimates.get("slurm"), now)
-            if s.estimates["why_ours"] is None:  # the basis of the estimate kept, or of its absence
-                s.ours_basis = w.estimates.get("ours_basis")
-            s.note("why_ours", w.estimates.get("ours"), now)
+            answer(self.samples[str(job.job_id)], job, jobs, sinfo, qos, assoc,
+                   est.start if est else None, self.site, now)
+        if self.capture is not None and wanted:
+            self._keep_inputs(now, [str(j.job_id) for j in wanted], jobs_text, sinfo, qos, assoc,
+                              {str(j.job_id): starts[str(j.job_id)].start for j in wanted
+                               if str(j.job_id) in starts})
+
+    def _keep_inputs(self, now: float, due: list[str], jobs_text: str, sinfo: str,
+                     qos: dict[str, dict[str, str]] | None, assoc: dict[str, list[dict[str, str]]],
+                     starts: dict[str, float | None]) -> None:
+        """--capture: every why call's inputs, one JSON line each, so that `--recompute` can
+        build why's answers again offline (build_why is pure) with other code."""
+        assert self.capture is not None
+        self.capture.mkdir(parents=True, exist_ok=True)
+        line = json.dumps({"now": now, "due": due, "squeue_json": jobs_text, "sinfo": sinfo, "qos": qos,
+                           "assoc": assoc, "starts": starts})
+        with gzip.open(self.capture / INPUTS, "at", encoding="utf-8") as f:
+            f.write(line + "\n")
 
     def _limits(self, runner: Runner, jobs: Iterable[QJob]) -> tuple[dict[str, dict[str, str]] | None,
                                                                        dict[str, list[dict[str, str]]]]:
@@ -243,6 +266,76 @@ class Sampler:
             self.capture.mkdir(parents=True, exist_ok=True)
             (self.capture / f"squeue-start-{self._captured}.txt").write_text(text)
             self._captured += 1
+
+
+def answer(s: Sample, job: QJob, jobs: list[QJob], sinfo: str | None, qos: dict[str, dict[str, str]] | None,
+           assoc: dict[str, list[dict[str, str]]], slurm_start: float | None, site: Site, now: float) -> None:
+    """why's answer for `job` as `slurm-hetero why JOBID --json` builds it, noted in its sample."""
+    start_text = f"{job.job_id} {int(slurm_start)}\n" if slurm_start else None
+    w = build_why(Inputs(job, None, jobs, sinfo, qos, assoc.get(job.account), start_text), site, now=now)
+    if s.why_at is None:
+        s.why_at = now
+    if w.reason is not None and s.cause is None and w.reason.code not in NOT_RECORDED:
+        s.cause, s.cause_at = w.reason.code, now
+    note_why(s, w.as_dict(), now)
+
+
+MAX_USED_RUNNING = 40  # running jobs kept per sample (the earliest expected ends)
+
+
+def used_by(d: dict[str, Any]) -> dict[str, Any]:
+    """What one why answer's estimates were made from (its `--json` dict): both estimates, ours
+    as a range where it gives one, the jobs ahead of it in its pool, and each running job of
+    the pool with the ends it was assumed to have (limit, p50, p90, the one used).
+
+    >>> used_by({"estimates": {"ours": 5.0, "slurm": 9.0, "ahead": 2}, "pool": {"key": "cpu@x86_64",
+    ...          "running": [{"job": 3, "devices": 4, "start": 0.0, "ends_by_limit": 9.0, "ends_p50": 4.0,
+    ...                       "ends_p90": 8.0, "expected_end": 4.0, "user": "u"}]}})["running"][0]["job"]
+    3
+    """
+    e, pool = d.get("estimates") or {}, d.get("pool") or {}
+    keep = ("job", "devices", "start", "ends_by_limit", "ends_p50", "ends_p90", "expected_end", "likely_end",
+            "limit_shortened_to_p90", "ends_by_own_limit")
+    return {**{k: e.get(k) for k in ("ours", "slurm", "ahead", "ours_earliest", "ours_latest")},
+            "pool": pool.get("key"),
+            "running": [{k: h.get(k) for k in keep} for h in (pool.get("running") or [])[:MAX_USED_RUNNING]]}
+
+
+def note_why(s: Sample, d: dict[str, Any], now: float) -> None:
+    """Keep the first non-empty estimates of one why answer (`--json` dict) in `s`, and what
+    ours was made from while ours is not kept yet."""
+    e = d.get("estimates") or {}
+    s.note("why_slurm", e.get("slurm"), now)
+    if s.estimates["why_ours"] is None:  # the basis of the estimate kept, or of its absence
+        s.ours_basis = e.get("ours_basis")
+        s.used = used_by(d)
+        if e.get("ours") is not None:
+            s.note("why_ours_earliest", e.get("ours_earliest"), now)
+            s.note("why_ours_latest", e.get("ours_latest"), now)
+    s.note("why_ours", e.get("ours"), now)
+
+
+def recompute(capture: Path, saved: dict[str, Any], site: Site) -> dict[str, Sample]:
+    """why's part of a saved run's samples again, from the inputs --capture kept, with this
+    code: each captured call in order, for the jobs it asked about. squeue --start's estimates
+    and the reasons Slurm showed are the saved ones (they are Slurm's, not why's)."""
+    out: dict[str, Sample] = {}
+    for k, v in saved["samples"].items():
+        old = Sample.from_json(v)
+        new = Sample(old.job_id, old.first_seen, last_reason=old.last_reason, reasons=old.reasons)
+        new.estimates["squeue_start"] = old.estimates["squeue_start"]
+        new.estimated_at["squeue_start"] = old.estimated_at["squeue_start"]
+        out[k] = new
+    with gzip.open(capture / INPUTS, "rt", encoding="utf-8") as f:
+        for line in f:
+            c = json.loads(line)
+            jobs = parse_queue(c["squeue_json"])
+            by_id = {str(j.job_id): j for j in jobs}
+            for jid in c["due"]:
+                if jid in by_id and jid in out:
+                    answer(out[jid], by_id[jid], jobs, c["sinfo"], c["qos"], c["assoc"] or {},
+                           c["starts"].get(jid), site, c["now"])
+    return out
 
 
 # ---- figures (pure) -----------------------------------------------------------------------------
@@ -282,7 +375,7 @@ def figures(samples: dict[str, Sample], outs: Iterable[Outcome], min_wait_s: flo
             waited.append((o, start))
     out: dict[str, Any] = {"min_wait_s": min_wait_s, "jobs": len(waited), "never_started": len(never),
                            "sampled": sum(1 for o, _ in waited if o.job_id in samples)}
-    for src in SOURCES:
+    for src in SOURCES + RANGE:
         errs, signed = [], []
         for o, start in waited:
             s = samples.get(o.job_id)
@@ -297,6 +390,18 @@ def figures(samples: dict[str, Sample], outs: Iterable[Outcome], min_wait_s: flo
         out[src]["never_started_with_estimate"] = len(ests)
         passed = [e for e in ests if end_now is not None and e < end_now]
         out[src]["never_started_estimate_passed"] = len(passed)
+    # How often the real start fell in why's range: [earliest, latest], and [earliest, ours].
+    ranged = [(e, s.estimates.get("why_ours") or e, s.estimates.get("why_ours_latest"), start)
+              for o, start in waited if (s := samples.get(o.job_id)) is not None
+              and (e := s.estimates.get("why_ours_earliest")) is not None]
+    n = len(ranged) or None
+    out["range"] = {
+        "n": len(ranged),
+        "in_earliest_latest": (sum(e <= t and (lt is None or t <= lt) for e, _, lt, t in ranged) / n
+                               if n else None),
+        "in_earliest_ours": sum(e <= t <= o for e, o, _, t in ranged) / n if n else None,
+        "before_earliest": sum(t < e for e, _, _, t in ranged),
+    }
     pairs = [(s.cause, s.last_reason) for o, _ in waited if (s := samples.get(o.job_id)) is not None
              and s.cause is not None and s.last_reason is not None]
     kind = {code: explain_reason(code).kind for pair in pairs for code in pair}
@@ -321,13 +426,19 @@ def minutes(s: float | None) -> str:
 def show(fig: dict[str, Any]) -> None:
     print(f"jobs measured, started, waited > {fig['min_wait_s'] / 60:g} trace min: {fig['jobs']} "
           f"(sampled {fig['sampled']}); waited that long and never started: {fig['never_started']}")
-    print("  estimate       n   no estimate   |error| p50   p90 (trace min)   signed p50")
-    for src in SOURCES:
+    print("  estimate           n   no estimate   |error| p50   p90 (trace min)   signed p50")
+    for src in SOURCES + tuple(k for k in RANGE if fig.get(k, {}).get("n")):
         f = fig[src]
         no = f"{100 * f['no_estimate']:10.0f}%" if f["no_estimate"] is not None else "          -"
-        print(f"  {src:13s} {f['n']:3d}  {no}   {minutes(f['p50_abs_s']):>10s} {minutes(f['p90_abs_s']):>6s}"
+        print(f"  {src:17s} {f['n']:3d}  {no}   {minutes(f['p50_abs_s']):>10s} {minutes(f['p90_abs_s']):>6s}"
               f"   {minutes(f['p50_signed_s']):>18s}   never started: {f['never_started_with_estimate']} "
               f"with an estimate, {f['never_started_estimate_passed']} of them already past at the stop")
+    r = fig.get("range")
+    if r and r["n"]:
+        print(f"  the real start within why's range: [earliest, latest] "
+              f"{100 * r['in_earliest_latest']:.0f}%, [earliest, ours] {100 * r['in_earliest_ours']:.0f}% "
+              f"of {r['n']}; "
+              f"before the earliest: {r['before_earliest']}")
     c = fig["cause"]
     rate = f"{100 * c['match']:.0f}%" if c["match"] is not None else "-"
     krate = f"{100 * c['kind_match']:.0f}%" if c["kind_match"] is not None else "-"
@@ -347,7 +458,7 @@ def kth_window(a: argparse.Namespace) -> tuple[Any, Any, Any, Path | None, str]:
     from slurm_hetero.replay.window import Capacity, Window, in_band, select
     from slurm_hetero.site import load_site
 
-    site = load_site(ROOT / "tests" / "data" / "replay" / "kth-site.yaml")
+    site = load_site(SITES["kth"])
     df = read_trace(KTH_SP2)
     lo, hi = float(df["submit"].min()), float(df["submit"].max())
     warm = 1.0
@@ -369,7 +480,7 @@ def alibaba_window(a: argparse.Namespace) -> tuple[Any, Any, Any, Path | None, s
     from slurm_hetero.replay.window import Capacity, Window, busiest
     from slurm_hetero.site import load_site
 
-    site = load_site(ROOT / "tests" / "data" / "replay" / "alibaba-site.yaml")
+    site = load_site(SITES["alibaba"])
     df, _ = read_trace_counted(ROOT.parent / "shared" / "traces" / "alibaba-gpu-2023-pods.csv")
     found = busiest(df, Capacity.of(site), 1.0, a.first + 1, carry_over=True)
     start, demand = found[a.first]
@@ -395,17 +506,28 @@ def main() -> int:
     p.add_argument("--arm", default=None, help="[default: bridge for kth, bridge-nomodel for alibaba]")
     p.add_argument("--users", choices=("root", "local"), default="root")
     p.add_argument("--workdir", type=Path, default=None)
-    p.add_argument("--capture", type=Path, default=None, help="keep a few raw squeue --start answers there")
+    p.add_argument("--capture", type=Path, default=None,
+                   help=f"keep a few raw squeue --start answers there, and every why call's inputs "
+                   f"({INPUTS})")
     p.add_argument("--json", type=Path, nargs="?", const=Path("-"), default=None,
                    help="write the run there [default: benchmarks/results/why-estimates-TRACE.json]")
     p.add_argument("--from-json", type=Path, default=None, help="print a saved run's figures again")
+    p.add_argument("--recompute", type=Path, default=None,
+                   help="with --from-json: why's estimates again, with this code, from a --capture DIR")
     a = p.parse_args()
     if a.from_json:
         d = json.loads(a.from_json.read_text())
-        show(figures({k: Sample.from_json(v) for k, v in d["samples"].items()},
-                     [Outcome(**{**o, "earlier": tuple(tuple(e) for e in o.get("earlier", ()))})
-                      for o in d["outcomes"]], d["figures"]["min_wait_s"], d["end_now"]))
+        outs = [Outcome(**{**o, "earlier": tuple(tuple(e) for e in o.get("earlier", ()))})
+                for o in d["outcomes"]]
+        samples = {k: Sample.from_json(v) for k, v in d["samples"].items()}
+        if a.recompute:
+            from slurm_hetero.site import load_site
+            samples = recompute(a.recompute, d, load_site(SITES[d["trace"]]))
+        show(figures(samples, outs, d["figures"]["min_wait_s"], d["end_now"]))
         return 0
+    if a.recompute:
+        print("--recompute: give the saved run with --from-json", file=sys.stderr)
+        return 2
     from slurm_hetero.devcluster.replay import DevReplayCluster
     from slurm_hetero.replay.run import ARMS, run_arm
 

@@ -304,10 +304,11 @@ def build_page(
         asked.append(
             Fact("memory", _gb(rec.req_mem_mb), "per CPU, multiplied out" if rec.mem_per_cpu else "")
         )
-    user_limit = pred.get("user_limit_min")
+    # The bridge writes these beside "pred" in its record, not inside it (bridge.lua).
+    user_limit = comment.get("user_limit_min")
     if rec.limit_s:
         note = ""
-        if isinstance(user_limit, int | float) and pred.get("shortened"):
+        if isinstance(user_limit, int | float) and comment.get("shortened") is True:
             note = f"you asked {fmt.duration(user_limit * 60)}; the bridge set its p90 and extends it on need"
         asked.append(Fact("time limit", fmt.duration(rec.limit_s), note))
     else:

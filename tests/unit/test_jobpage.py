@@ -17,6 +17,7 @@ from slurm_hetero.errors import InputError
 from slurm_hetero.reports import write_html
 from slurm_hetero.reports.jobid import check_job_id
 from slurm_hetero.reports.jobpage import (
+    Fact,
     JobPage,
     build_page,
     caller_may_see,
@@ -280,3 +281,20 @@ def test_low_use_on_every_device_points_at_a_smaller_model(site: Site) -> None:
 def test_report_job_refuses_options_of_the_period_report() -> None:
     r = CliRunner().invoke(main, ["report", "--job", "1", "--since", "-1d"])
     assert r.exit_code == 2 and "--job shows one job's page: it takes no --since" in r.output
+
+
+
+def _asked_limit(rec: JobRecord, site: Site) -> Fact:
+    page = build_page(rec, None, site, now=NOW)
+    return next(f for name, fs in page.groups if name == "Asked" for f in fs if f.label == "time limit")
+
+
+def test_a_limit_the_bridge_shortened_says_what_the_user_asked(site: Site) -> None:
+    # As bridge.lua writes it: "shortened" and "user_limit_min" beside "pred", not inside it.
+    comment = {"hetero": 1, "accel": "a100-80gb:2", "pred": {"p50": 120, "p90": 600},
+               "shortened": True, "user_limit_min": 60}
+    rec = dataclasses.replace(record(1), admin_comment=json.dumps(comment), limit_s=600.0)
+    limit = _asked_limit(rec, site)
+    assert limit.value == "10m00s" and limit.note.startswith("you asked 1h00m"), limit
+    plain = dataclasses.replace(rec, admin_comment=json.dumps({**comment, "shortened": False}))
+    assert _asked_limit(plain, site).note == ""

@@ -237,8 +237,10 @@ def test_pool_occupancy_with_limit_and_predicted_ends(site: Site) -> None:
     assert running[10]["devices"] == 6 and running[10]["ends_by_limit"] == NOW - 600 + 3600
     assert running[10]["ends_p50"] == NOW - 600 + 1200 and running[10]["ends_p90"] == NOW - 600 + 1800
     assert running[11]["ends_p50"] is None and running[11]["ends_by_limit"] == NOW - 300 + 1800
-    # Ours: job 10's p50 end (NOW+600) frees 6: with 2 of job 11 still held, 6 >= 4.
-    assert w.estimates["ours"] == NOW + 600
+    # Ours, likely: job 10's p90 end (NOW+1200) frees 6: with 2 of job 11 still held, 6 >= 4. At
+    # the earliest its p50 end (NOW+600); at the latest its limit's (job 11's 2 are not enough).
+    assert w.estimates["ours"] == NOW + 1200 and running[10]["likely_end"] == NOW + 1200
+    assert (w.estimates["ours_earliest"], w.estimates["ours_latest"]) == (NOW + 600, NOW - 600 + 3600)
     assert w.reason is not None and w.reason.code == "Resources"
 
 
@@ -248,8 +250,10 @@ def test_our_estimate_counts_the_jobs_ahead(site: Site) -> None:
     mine = job(12, state="PENDING", reason="Priority", gres="gpu:h100:4", user="alice", uid=1000)
     held = job(14, state="PENDING", reason="JobHeldUser", gres="gpu:h100:8", priority=30000)
     w = W.build_why(inputs(mine, [a, ahead, held], used={"h100-01": 8}), site, now=NOW)
-    # Job 13 goes first at NOW+600 for its 20-minute limit; the held job takes nothing.
-    assert w.estimates["ours"] == NOW + 600 + 1200
+    # Job 13 goes first at job 10's p90 end (NOW+1200; at the earliest its p50's, NOW+600) for its
+    # 20-minute limit; the held job takes nothing.
+    assert w.estimates["ours"] == NOW + 1200 + 1200 and w.estimates["ours_earliest"] == NOW + 600 + 1200
+    assert w.estimates["ahead"] == 1
     assert "the 1 job(s) ahead" in w.estimates["ours_basis"]
 
 
@@ -552,7 +556,8 @@ def test_cli_exit_codes_and_json(monkeypatch: pytest.MonkeyPatch) -> None:
     assert set(doc) >= {"job", "state", "reason", "pool", "estimates", "suggestions", "waited_s"}
     assert doc["reason"]["code"] == "Resources" and doc["pool"]["running"][0]["job"] == 10
     assert set(doc["suggestions"][0]) == {"kind", "what", "command_hint", "options", "checked_against"}
-    assert set(doc["estimates"]) == {"slurm", "slurm_source", "ours", "ours_basis"}
+    assert set(doc["estimates"]) == {"slurm", "slurm_source", "ours", "ours_basis", "ours_earliest",
+                                     "ours_latest", "ahead"}
     # A job slurmctld no longer lists comes from sacct (job 1 of the captures, root's: root asks).
     by_id = {"1": (CAPTURED / "sacct-json-job1-22.05.json").read_text()}
     slurm.on("sacct", lambda argv, env: by_id.get(argv[-1], ""))

@@ -135,8 +135,9 @@ def test_a_cpu_job_starts_when_enough_cpus_come_free(kth: Site) -> None:
     assert W.build_why(inputs(mine, busy()), kth, now=NOW).estimates["ours"] == NOW
     jobs = [*busy(), cpu_job(13, cpus=25, on={"sp2-04": 25}, limit_min=120)]
     w = W.build_why(inputs(mine, jobs), kth, now=NOW)
-    # 5 free on sp2-03; job 10's p50 end (NOW+600) brings 25 more: 30, over two nodes.
-    assert w.estimates["ours"] == NOW + 600
+    # 5 free on sp2-03; job 11's limit end (NOW+1200) brings 25 more: 30, over two nodes (before
+    # job 10's p90 end, NOW+1800). At the earliest, job 10's p50 end (NOW+600).
+    assert w.estimates["ours"] == NOW + 1200 and w.estimates["ours_earliest"] == NOW + 600
     assert "CPUs only" in w.estimates["ours_basis"] and "no job ahead" in w.estimates["ours_basis"]
     p = w.pool
     assert p is not None and p["key"] == "cpu@x86_64" and p["unit"] == "CPUs"
@@ -158,9 +159,11 @@ def test_in_priority_order_behind_a_job_ahead(kth: Site) -> None:
     held = cpu_job(42, state="PENDING", reason="JobHeldUser", cpus=100, priority=30000)
     mine = cpu_job(30, state="PENDING", reason="Priority", cpus=30)
     w = W.build_why(inputs(mine, [*jobs, ahead, lower, held]), kth, now=NOW)
-    # Job 40 takes sp2-01's 25 at NOW+600 (for 20 minutes); job 11's end at NOW+1200 gives
-    # sp2-02's 25: with sp2-03's 5, this job's 30. The held and the lower job take nothing.
-    assert w.estimates["ours"] == NOW + 1200
+    # At the earliest: job 40 takes sp2-01's 25 at NOW+600 (job 10's p50 end, for 20 minutes);
+    # job 11's end at NOW+1200 gives sp2-02's 25: with sp2-03's 5, this job's 30. Likely: job 40
+    # takes job 11's 25 at NOW+1200, this job job 10's at its p90 end, NOW+1800. The held and
+    # the lower job take nothing.
+    assert w.estimates["ours_earliest"] == NOW + 1200 and w.estimates["ours"] == NOW + 1800
     assert "the 1 job(s) ahead" in w.estimates["ours_basis"]
     assert w.pool is not None and w.pool["pending"] == 30 + 25 + 25 + 100
 
@@ -170,7 +173,7 @@ def test_a_down_or_drained_node_gives_nothing(kth: Site) -> None:
     # sp2-04 idle: 25 + sp2-03's 5 start it now; down, it waits for job 10's end.
     assert W.build_why(inputs(mine, busy()), kth, now=NOW).estimates["ours"] == NOW
     w = W.build_why(inputs(mine, busy(), states={"sp2-04": "down*"}), kth, now=NOW)
-    assert w.estimates["ours"] == NOW + 600
+    assert w.estimates["ours_earliest"] == NOW + 600 and w.estimates["ours"] == NOW + 1200
     assert w.pool is not None and (w.pool["free"], w.pool["total"]) == (5, 100)
     # sp2-01 draining: job 10's end there gives nothing; job 11's on sp2-02 (NOW+1200) does.
     w = W.build_why(inputs(mine, busy(), states={"sp2-04": "down*", "sp2-01": "draining"}), kth, now=NOW)
@@ -192,7 +195,7 @@ def test_one_node_jobs_wait_for_one_node(kth: Site) -> None:
     assert w.estimates["ours"] == NOW + 300  # job 10's p50 end has passed: its p90 end is ahead
     jobs[0] = cpu_job(10, cpus=25, on={"sp2-01": 25}, limit_min=60, comment=pred(1200, 1800))
     w = W.build_why(inputs(one, jobs), kth, now=NOW)
-    assert w.estimates["ours"] == NOW + 600
+    assert w.estimates["ours_earliest"] == NOW + 600 and w.estimates["ours"] == NOW + 1200
     assert w.pool is not None and (w.pool["per_node"], w.pool["nodes"], w.pool["spread"]) == (20, 1, False)
 
 
@@ -271,7 +274,11 @@ def test_captured_kth_replay(kth: Site) -> None:
     # mixed/allocated states say.
     assert p is not None and (p["free"], p["total"], p["free_max_node"]) == (11, 100, 10)
     assert [h["job"] for h in p["running"]] == [21, 16, 5]  # job 5's p50 has passed: its p90
-    # 11 free, job 21's 1 CPU, then job 16's 80 at its p50 end: 42 for this job.
-    assert by_id[16].start is not None
-    assert w.estimates["ours"] == W.expected_end(by_id[16], now) == by_id[16].start + 1444
+    # 11 free, job 21's 1 CPU, then job 16's 80 at its end: 42 for this job. Job 16 ran 14,017 s
+    # (its p50 1,444, p90 11,991; the bridge shortened its 240-minute limit to 200 minutes).
+    start = by_id[16].start
+    assert start is not None
+    assert w.estimates["ours_earliest"] == W.expected_end(by_id[16], now) == start + 1444
+    assert w.estimates["ours"] == W.end_by(by_id[16], now, "likely") == start + 11991
+    assert w.estimates["ours_latest"] == W.end_by(by_id[16], now, "latest") == start + 240 * 60
     assert w.estimates["slurm"] == 1796567761.0

@@ -3,6 +3,9 @@ the figures from crafted samples."""
 
 from __future__ import annotations
 
+import dataclasses
+import gzip
+import json
 from pathlib import Path
 
 import pytest
@@ -125,3 +128,53 @@ def test_sample_keeps_the_first_estimate_and_the_last_reason() -> None:
     for r in ("None", "Priority", "Priority", "Resources", "JobHeldUser", "None"):
         s.saw_reason(r)
     assert s.last_reason == "Resources" and s.reasons == ["Priority", "Resources"]
+
+
+def test_range_figures_and_the_answer_kept() -> None:
+    """Ours' range comes from the answer that gave ours, with what it was made from."""
+    s = bench.Sample("1", 0.0)
+    none = {"estimates": {"ours": None, "ours_earliest": None, "ours_basis": "none: held"}, "pool": None}
+    bench.note_why(s, none, 5.0)
+    assert s.ours_basis == "none: held" and s.estimates.get("why_ours_earliest") is None
+    answer = {"estimates": {"ours": 2000.0, "ours_earliest": 900.0, "ours_latest": 3000.0, "slurm": 2500.0,
+                            "ahead": 1, "ours_basis": "b"},
+              "pool": {"key": "cpu@x86_64", "running": [{"job": 16, "devices": 80, "start": 0.0,
+                                                          "expected_end": 900.0, "likely_end": 2000.0,
+                                                          "user": "u"}]}}
+    bench.note_why(s, answer, 10.0)
+    later = {"estimates": {"ours": 99.0, "ours_earliest": 1.0, "ours_latest": 5.0}, "pool": None}
+    bench.note_why(s, later, 20.0)
+    assert (s.estimates["why_ours"], s.estimates["why_ours_earliest"], s.estimates["why_ours_latest"]) == (
+        2000.0, 900.0, 3000.0)
+    assert s.used is not None and s.used["ahead"] == 1 and s.used["running"][0]["job"] == 16
+    assert "user" not in s.used["running"][0] and s.settled() is False  # no cause yet
+    outs = [_out("1", 0.0, 2400.0), _out("2", 0.0, 800.0)]
+    two = bench.Sample("2", 0.0)
+    for k, v in (("why_ours", 1200.0), ("why_ours_earliest", 1000.0), ("why_ours_latest", 1500.0)):
+        two.estimates[k] = v
+    fig = bench.figures({"1": s, "2": two}, outs, 600.0)
+    # Job 1 started at 2400: in [900, 3000], after ours; job 2 at 800: before its earliest.
+    assert fig["range"] == {"n": 2, "in_earliest_latest": 0.5, "in_earliest_ours": 0.0, "before_earliest": 1}
+    assert fig["why_ours_latest"]["n"] == 2 and fig["why_ours_earliest"]["p50_signed_s"] == pytest.approx(-650.0)
+
+
+def test_recompute_from_captured_inputs(tmp_path: Path) -> None:
+    """--recompute builds why's answers again from the inputs --capture kept."""
+    from slurm_hetero.site import load_site
+    from tests.unit.test_why_cpu import NOW, SQUEUE_2205, cpu_job, pred, sinfo
+
+    big = cpu_job(16, cpus=80, on={"sp2-01": 20, "sp2-02": 20, "sp2-03": 20, "sp2-04": 20}, start=NOW - 300,
+                  limit_min=60, comment=pred(600, 1800))
+    mine = cpu_job(25, state="PENDING", reason="Resources", cpus=42)
+    text = json.dumps({"meta": SQUEUE_2205["meta"], "errors": [], "jobs": [big, mine]})
+    with gzip.open(tmp_path / bench.INPUTS, "wt", encoding="utf-8") as f:
+        f.write(json.dumps({"now": NOW, "due": ["25", "99"], "squeue_json": text, "sinfo": sinfo(), "qos": None,
+                            "assoc": {}, "starts": {"25": NOW + 3300}}) + "\n")
+    old = bench.Sample("25", NOW - 1.0, last_reason="Resources", reasons=["Resources"])
+    old.estimates["squeue_start"] = NOW + 3300
+    saved = {"samples": {"25": dataclasses.asdict(old)}}
+    got = bench.recompute(tmp_path, saved, load_site(bench.SITES["kth"]))["25"]
+    assert got.estimates["why_ours"] == NOW + 1500 and got.estimates["why_ours_earliest"] == NOW + 300
+    assert got.estimates["why_ours_latest"] == NOW + 3300 and got.estimates["why_slurm"] == NOW + 3300
+    assert got.estimates["squeue_start"] == NOW + 3300 and got.cause == "Resources"
+    assert got.last_reason == "Resources" and got.used is not None and got.used["running"][0]["job"] == 16
