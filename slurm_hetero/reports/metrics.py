@@ -418,6 +418,9 @@ def energy(d: Derived) -> Section:
     if len(wh):
         sec.plots.append(Plot("energy_wh_per_unit_hour", "Energy per normalized-unit-hour by model, policy",
                               "bars", wh.unstack("policy"), "Wh per unit-hour"))
+    sec.notes.append("where the node agent metered a job, its figures are the devices' own counters, kept "
+                     "in the admin comment; sacct's ConsumedEnergy and sreport do not hold them (Slurm fills "
+                     "it only from its acct_gather_energy plugin: README, \"Energy in Slurm's own tools\")")
     return sec
 
 

@@ -138,6 +138,7 @@ def test_energy_policy_comparison_and_per_unit_hour(cap: Capacity) -> None:
     notes = next(s for s in rep.sections if s.key == "energy").notes
     assert notes[0] == ("energy recorded for 4 of 5 accelerator jobs: 1 ran on nodes with no energy "
                         "counter or sampler (or before the node agent)")
+    assert "sacct's ConsumedEnergy and sreport do not hold them" in notes[-1]  # and where to read why
     pol = frame_of(rep, "energy_by_policy").set_index("policy")
     assert pol.loc["efficiency", "energy_kwh"] == pytest.approx(2.0)
     assert pol.loc["efficiency", "wh_per_unit_hour"] == pytest.approx(2000 / (2 * 2.2))
