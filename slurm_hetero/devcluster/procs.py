@@ -2,16 +2,79 @@
 
 from __future__ import annotations
 
+import fcntl
+import json
 import os
+import random
 import signal
 import socket
+import stat
 import time
 from collections.abc import Callable
 from pathlib import Path
 
+# Ports handed to dev clusters come from below the kernel's ephemeral range (32768-60999 by
+# default), so no outgoing connection holds one, and every process on the machine draws them
+# through one registry: several clusters booting at once (parallel tests, replays side by side)
+# once got the same "free" port, and the second slurmctld could not bind it.
+PORT_RANGE = (20000, 32000)
+PORT_DIR = Path("/run/slurm-hetero-dev")  # the registry's folder: the caller's alone (0700)
+PORT_HOLD_S = 600.0  # a port handed out stays reserved this long: its daemon binds it by then
 
-def free_ports(n: int) -> list[int]:
-    """n distinct free TCP ports on loopback (kept bound until all are picked)."""
+
+def free_ports(n: int, folder: Path | None = None, now: float | None = None,
+               rng: random.Random | None = None) -> list[int]:
+    """n distinct TCP ports free on loopback now and handed to no other caller in the last
+    PORT_HOLD_S seconds (the registry is shared under an exclusive lock). Without a registry
+    folder of our own (another user's, or none can be made), the kernel picks, as before."""
+    folder = folder or PORT_DIR
+    rng = rng or random.SystemRandom()
+    try:
+        folder.mkdir(mode=0o700, exist_ok=True)
+        st = os.lstat(folder)
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o077:
+            return _kernel_ports(n)
+        fd = os.open(folder / "ports.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    except OSError:
+        return _kernel_ports(n)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        t = time.time() if now is None else now
+        registry = folder / "ports.json"
+        try:
+            held = {int(p): float(at) for p, at in json.loads(registry.read_text()).items()
+                    if t - float(at) < PORT_HOLD_S}
+        except (OSError, ValueError, AttributeError, TypeError):
+            held = {}
+        ports: list[int] = []
+        for _ in range(50 * n):
+            if len(ports) == n:
+                break
+            p = rng.randrange(*PORT_RANGE)
+            if p not in held and p not in ports and _bindable(p):
+                ports.append(p)
+        if len(ports) < n:
+            return _kernel_ports(n)
+        held.update(dict.fromkeys(ports, t))
+        tmp = folder / f"ports.{os.getpid()}.tmp"
+        tmp.write_text(json.dumps(held))
+        os.replace(tmp, registry)
+        return ports
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def _kernel_ports(n: int) -> list[int]:
+    """n distinct free TCP ports on loopback as the kernel picks them (kept bound until all are picked)."""
     socks: list[socket.socket] = []
     ports: list[int] = []
     try:
