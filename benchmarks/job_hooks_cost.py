@@ -2,9 +2,12 @@
 counters by message type) and slurmdbd RPCs (`sacctmgr show stats`) from submit until the
 job's per-node energy is in its accounting record, and the prolog/epilog wall time each
 node's agent logged, for a 1-node and an N-node GPU job with an energy policy on a dev
-cluster of N one-GPU nodes (fake devices).
+cluster of N one-GPU nodes (fake devices). Then the per-task side on an NPU node (a GRES
+without a Slurm plugin, so the TaskProlog runs for every task): slurmctld's job-info RPCs
+for one job of T tasks (its batch step and one `srun -n T` step), and the TaskProlog's own
+wall time, run by hand against a live NPU job.
 
-    python benchmarks/job_hooks_cost.py [--nodes 64] [--workdir DIR]
+    python benchmarks/job_hooks_cost.py [--nodes 64] [--npu-tasks 16] [--workdir DIR]
 
 The baseline is the same job without the agent's part: Slurm's own RPCs for a job of that
 size are what the `--gres` job (no energy policy, so no device figures to ship) costs; the
@@ -15,7 +18,11 @@ difference is the agent's. The waits here read files and slurmdbd only through
 from __future__ import annotations
 
 import argparse
+import os
 import re
+import shlex
+import statistics
+import subprocess
 import tempfile
 import time
 from pathlib import Path
@@ -24,13 +31,14 @@ from slurm_hetero.devcluster import Cluster
 from slurm_hetero.devcluster.procs import wait_until
 from slurm_hetero.site import load_site
 from slurm_hetero.slurm.comment import parse_comment
-from slurm_hetero.slurm.jobs import submit
+from slurm_hetero.slurm.jobs import submit, wait_done
 from slurm_hetero.slurm.runner import Runner
 
 SITE = """\
 name: hooks
 partitions:
   - {{name: gpu, default: true, max_time: "1:00:00", default_time: "0:10:00"}}
+  - {{name: npu, max_time: "1:00:00", default_time: "0:10:00"}}
 node_groups:
   - names: g[01-{n:02d}]
     resource_type: GPU
@@ -42,6 +50,16 @@ node_groups:
     partitions: [gpu]
     accelerators:
       - {{model: a100-80gb, count: 1}}
+  - names: npu-01
+    resource_type: NPU
+    architecture: aarch64
+    sockets: 1
+    cores_per_socket: 32
+    memory: 64GB
+    memory_bandwidth: 800GB/s
+    partitions: [npu]
+    accelerators:
+      - {{model: ascend-910b, count: 8}}
 node_agent:
   restore_interval: 300
 """
@@ -110,9 +128,42 @@ def one(c: Cluster, options: list[str], nodes: int, energy: bool) -> None:
           f"{checks} sacct checks of ours taken off)")
 
 
+def npu_tasks(c: Cluster, tasks: int, repeat: int = 20) -> None:
+    """The per-task hooks on an NPU node: slurmctld's RPCs for a job of `tasks` tasks, and the
+    TaskProlog's wall time (median of `repeat` runs by hand for a live job's task)."""
+    r = c.runner
+    c0 = ctld_rpcs(r)
+    jid = submit(r, ["-p", "npu", "-w", "npu-01", "--gres=npu:2", "-n", str(tasks), "-o", "/dev/null"],
+                 f"srun -n {tasks} /bin/true")
+    wait_done(r, [jid], timeout=180)
+    dc = delta(ctld_rpcs(r), c0)
+    dc.pop("REQUEST_STATS_INFO", None)
+    info = sum(v for k, v in dc.items() if k.startswith("REQUEST_JOB_INFO"))
+    print(f"NPU job of {tasks} tasks (+ its batch step): slurmctld {sum(dc.values())} RPCs, "
+          f"{info} job-info (scontrol show job) {dc}")
+    held = submit(r, ["-p", "npu", "-w", "npu-01", "--gres=npu:2", "-o", "/dev/null"], "sleep 120")
+    try:
+        assert wait_until(lambda: r.out(["squeue", "-h", "-j", str(held), "-o", "%t"]).strip() == "R", 60)
+        time.sleep(1)  # its prolog is done once it runs (PrologFlags=Alloc)
+        script = (c.etc / "hetero-taskprolog").read_text().splitlines()
+        argv = shlex.split(next(line for line in script if line.startswith("exec ")))[1:]
+        env = {**os.environ, "SLURM_JOB_ID": str(held), "SLURMD_NODENAME": "npu-01",
+               "SLURM_CONF": str(c.etc / "slurm.conf")}
+        took, out = [], ""
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            out = subprocess.run(argv, env=env, capture_output=True, text=True, check=True).stdout
+            took.append((time.perf_counter() - t0) * 1000)
+        print(f"  TaskProlog by hand: median {statistics.median(took):.0f} ms, min {min(took):.0f} ms "
+              f"({repeat} runs); it printed {out.strip()!r}")
+    finally:
+        r.run(["scancel", str(held)], check=False)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--nodes", type=int, default=64)
+    ap.add_argument("--npu-tasks", type=int, default=16)
     ap.add_argument("--workdir", type=Path, default=None)
     a = ap.parse_args()
     base = a.workdir or Path(tempfile.mkdtemp(prefix="hooks-", dir="/var/tmp"))
@@ -122,11 +173,12 @@ def main() -> None:
     t0 = time.monotonic()
     c.up(load_site(base / "site.yaml"), timeout=600, log=lambda *_: None)
     c.stop_bridge()  # its rounds (squeue, sinfo) are not the job's; job_submit.lua stays
-    print(f"{a.nodes} one-GPU nodes up in {time.monotonic() - t0:.0f} s")
+    print(f"{a.nodes} one-GPU nodes and an NPU node up in {time.monotonic() - t0:.0f} s")
     try:
         for nodes in (1, a.nodes):
             one(c, ["--gres=gpu:a100-80gb:1"], nodes, energy=False)
             one(c, ["--accel=a100-80gb:1", "--energy=efficiency"], nodes, energy=True)
+        npu_tasks(c, a.npu_tasks)
     finally:
         c.down(log=lambda *_: None)
 

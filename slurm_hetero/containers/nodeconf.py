@@ -35,6 +35,7 @@ class NodeFacts:
 @dataclass(frozen=True)
 class NodeConfig:
     doc: dict[str, Any]
+    path: str = ""  # where it was read: the Prolog's device cache is found beside it
 
     @classmethod
     def load(cls, path: str) -> NodeConfig:
@@ -48,7 +49,7 @@ class NodeConfig:
             raise RuntimeFailure(f"{path}: not valid JSON: {e}") from e
         if not isinstance(doc, dict) or doc.get("format") != FORMAT:
             raise RuntimeFailure(f"{path}: unknown format (expected format {FORMAT}); re-render it")
-        return cls(doc)
+        return cls(doc, path)
 
     @property
     def site(self) -> str:

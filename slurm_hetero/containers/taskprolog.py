@@ -3,8 +3,11 @@
 Slurm sets CUDA_VISIBLE_DEVICES for gres/gpu; an `npu` GRES gets nothing, so without this
 every task on an Ascend node would see all NPUs. slurmstepd runs the TaskProlog before each
 task and applies the `export NAME=VALUE` / `unset NAME` lines it prints. The indices come
-from slurmctld (`scontrol show job -d`), never from the user's environment; host
-numbering, as a task outside a container sees every device file.
+from the Prolog's device cache (root's, checked by containers/devcache.py, found through the
+--conf slurm.conf names), else from slurmctld (`scontrol show job -d`, with a `print` line
+saying why), never from the user's environment; host numbering, as a task outside a
+container sees every device file. SLURM_HETERO_VERBOSE in the task's environment prints
+which of the two it was (a message only: it changes nothing else).
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ import os
 import sys
 from collections.abc import Mapping, Sequence
 
-from slurm_hetero.containers.gres import job_allocation
+from slurm_hetero.containers.gres import cached_allocation
 from slurm_hetero.containers.nodeconf import NodeConfig
 from slurm_hetero.errors import HeteroError
 
@@ -32,6 +35,14 @@ def export_lines(gres_env: Mapping[str, list[str]], allocation: Mapping[str, lis
     return lines
 
 
+SOURCES = {"cache": "the Prolog's cache", "slurmctld": "slurmctld (scontrol)"}
+
+
+def say(text: str) -> None:
+    """One line to the task's output (slurmstepd prints `print` lines there): the TaskProlog's log."""
+    print(f"print slurm-hetero taskprolog: {text}".replace("\n", " "))
+
+
 def main(argv: Sequence[str]) -> int:
     if len(argv) != 2 or argv[0] != "--conf":
         print("print slurm-hetero taskprolog: usage: taskprolog --conf FILE")
@@ -46,8 +57,11 @@ def main(argv: Sequence[str]) -> int:
         if not job or not node or not conf.gres_env:
             return 0
         if not any(g in conf.node(node).devices for g in conf.gres_env):
-            return 0  # no such devices here: spare slurmctld the query
-        lines = export_lines(conf.gres_env, job_allocation(job, node, conf.slurm_conf))
+            return 0  # no such devices here: nothing to read
+        allocation, source = cached_allocation(job, node, conf.path, conf.slurm_conf, say)
+        if os.environ.get("SLURM_HETERO_VERBOSE"):
+            say(f"job {job}: devices on {node} from {SOURCES[source]}")
+        lines = export_lines(conf.gres_env, allocation)
     except HeteroError as e:
         # Never fail the task for this: say why its NPU variables are missing, and unset
         # them, so a value from the submit host does not pose as the allocation.

@@ -7,8 +7,10 @@ the right variant and the job's devices, then exec runc on it, so runc is the ta
 process slurmstepd signals and waits for. Any refusal exits before runc: the job ends
 FAILED with our one-line reason in its output; the node stays up.
 
-Which devices the job holds here comes from slurmctld's record only (`scontrol show job
--d`, read by a parser user text cannot steer), with the job and node from our argv, which
+Which devices the job holds here comes from the Prolog's device cache (root's file, checked
+by containers/devcache.py, found through the --conf oci.conf names), or where there is no
+trusted cache from slurmctld's record (`scontrol show job -d`, read by a parser user text
+cannot steer; a stderr line says why), with the job and node from our argv, which
 slurmstepd fills in from oci.conf. Never from the job's environment: config.json's env is
 what the job exported (`--export=ALL,SLURM_STEP_GPUS=5` arrives unchanged wherever Slurm
 sets no value of its own, as in a batch step), and this process runs with slurmstepd's
@@ -29,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from slurm_hetero.conf.contract import MOUNTS_VAR
-from slurm_hetero.containers.gres import autodetect_of, job_allocation
+from slurm_hetero.containers.gres import autodetect_of, cached_allocation
 from slurm_hetero.containers.nodeconf import NodeConfig, NodeFacts
 from slurm_hetero.containers.ociconfig import (
     DevicePlan,
@@ -93,8 +95,9 @@ def requested_image(slurm_cfg: dict[str, Any], conf: NodeConfig) -> Image:
 
 
 def node_allocation(conf: NodeConfig, job: str, node_name: str) -> dict[str, list[int]]:
-    """The job's device indices on this node, from slurmctld (see the module docstring); a
-    node without device files asks nothing (CPU containers start without a Slurm call).
+    """The job's device indices on this node, from the Prolog's cache or slurmctld (see the
+    module docstring); a node without device files reads nothing (CPU containers start
+    without either).
 
     Under AutoDetect=nvml slurmd numbers the GPUs itself (NVML's order), and the wrapper,
     which runs without NVML's bindings, cannot tell which /dev/nvidiaN a GRES index is:
@@ -115,9 +118,13 @@ def node_allocation(conf: NodeConfig, job: str, node_name: str) -> dict[str, lis
 
 def _allocation(conf: NodeConfig, job: str, node_name: str) -> dict[str, list[int]]:
     try:
-        return job_allocation(job, node_name, conf.slurm_conf)
+        return cached_allocation(job, node_name, conf.path, conf.slurm_conf, _log)[0]
     except RuntimeFailure as e:
         raise RuntimeFailure(f"{e}, so the container does not start") from e
+
+
+def _log(text: str) -> None:
+    print(f"{PREFIX}: {text}", file=sys.stderr)
 
 
 @dataclass(frozen=True)

@@ -7,8 +7,11 @@ history), apply power caps / clock levels / NPU power modes to those devices onl
 save the energy counters on disk. A GRES index that cannot be matched, or a MIG GPU, is
 refused: a WARNING line in the agent log, `refused.json` in the node's state, a `refused`
 entry in the job's figures; the job runs as usual.
-Epilog: read the counters, restore the defaults, append the run to the history, and merge
-energy (J), mean power and mean utilisation per device into the job's admin comment.
+The Prolog also leaves the job's GRES indices on this node in its device cache
+(energy/devcache.py) for the TaskProlog and the container wrapper, which then ask slurmctld
+nothing per task. Epilog: read the counters, restore the defaults, append the run to the
+history, remove the cache, and spool energy (J), mean power and mean utilisation per device
+for the health check to ship into the job's admin comment.
 
 Both always exit 0: a device without a control, or any error, is logged and skipped —
 never a failed job or a drained node. State lives in files, so a crash between prolog and
@@ -25,11 +28,13 @@ import os
 import sys
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from slurm_hetero.energy.backends import open_devices
+from slurm_hetero.energy.devcache import PREFIX as CACHE_PREFIX
+from slurm_hetero.energy.devcache import folder_problem, remove_cache, write_cache
 from slurm_hetero.energy.devices import ControlUnsupported, DeviceInfo, DeviceLayer, Reading
 from slurm_hetero.energy.identity import Target, match_devices
 from slurm_hetero.energy.ship import ship, ship_shared, spool, spool_shared
@@ -68,6 +73,9 @@ class JobView:
     devices: dict[str, list[int]]  # gres name → indices on this node
     num_nodes: int = 1
     first_node: str = ""  # the first of the job's nodes: its writer with a shared spool
+    # every GRES name's indices on this node (devices keeps the kinds the agent controls):
+    # what the device cache hands the TaskProlog and the container wrapper
+    gres: dict[str, list[int]] = field(default_factory=dict)
 
 
 def job_view(job_id: str, node: str, env: Mapping[str, str] | None = None) -> JobView:
@@ -82,15 +90,17 @@ def job_view(job_id: str, node: str, env: Mapping[str, str] | None = None) -> Jo
     env = os.environ if env is None else env
     text = SLURM.out(show_job_argv(job_id, detail=True))
     rec = parse_job_record(text, ["JobName", "UserId", "NumNodes"], optional=["AdminComment", "NodeList"])
-    devices = {k: v for k, v in parse_job_devices(text, node).items() if k in KINDS}
+    gres = parse_job_devices(text, node)
+    devices = {k: v for k, v in gres.items() if k in KINDS}
     if env.get("SLURM_JOB_ID") == job_id and "SLURM_JOB_GPUS" in env:
         gpus = parse_id_list(env["SLURM_JOB_GPUS"])
         if gpus != devices.get("gpu", gpus):
             log.warning("job %s on %s: slurmd says GPUs %s, scontrol %s: using slurmd's",
                         job_id, node, gpus, devices.get("gpu"))
         devices.pop("gpu", None)
+        gres.pop("gpu", None)
         if gpus:
-            devices["gpu"] = gpus
+            devices["gpu"] = gres["gpu"] = gpus
     user = env.get("SLURM_JOB_USER") if env.get("SLURM_JOB_ID") == job_id else None
     nodes = env.get("SLURM_JOB_NUM_NODES") if env.get("SLURM_JOB_ID") == job_id else None
     comment = rec.get("AdminComment", "")
@@ -102,6 +112,7 @@ def job_view(job_id: str, node: str, env: Mapping[str, str] | None = None) -> Jo
         first = node
     return JobView(job_id=job_id, user=user or rec["UserId"].split("(")[0], name=rec["JobName"],
                    admin_comment="" if comment == "(null)" else comment, devices=devices, first_node=first,
+                   gres=gres,
                    num_nodes=int(nodes) if nodes and nodes.isdigit()
                    else int(rec["NumNodes"].split("-")[0] or 1))
 
@@ -206,16 +217,19 @@ def apply_policy(dev: DeviceLayer, kind: str, index: int, p: EnergyPolicy, defau
 def prolog(cfg: AgentConfig, job_id: str, node: str) -> dict[str, Any]:
     t0 = time.monotonic()
     spec = cfg.devices_for(node)
-    job = job_view(job_id, node)
     st = NodeState(cfg, node)
+    remove_cache(st.dir, job_id)  # a job id seen before (a reset slurmctld): never its cache
+    job = job_view(job_id, node)
     record: dict[str, Any] = {"job": job_id, "user": job.user, "name": job.name, "devices": [],
                               "nodes": job.num_nodes, "first": job.first_node}
     if spec is None or not job.devices:
+        _write_cache(st, job_id, node, job, [])
         write_json(st.job_file(job_id), record)
         return record
     dev = open_devices(spec, st.dir)
     infos = dev.devices()
     targets = match_devices(dev, infos, node_gres(cfg, node), job.devices)
+    _write_cache(st, job_id, node, job, targets)
     policy, why = resolve(cfg, requested_policy(job.admin_comment), job)
     record.update(policy=policy.name if policy else None, auto_rule=why)
     with st.lock():
@@ -226,6 +240,16 @@ def prolog(cfg: AgentConfig, job_id: str, node: str) -> dict[str, Any]:
     log.info("prolog job %s on %s: policy %s, %d devices, %.0f ms", job_id, node,
              record.get("policy"), len(record["devices"]), (time.monotonic() - t0) * 1000)
     return record
+
+
+def _write_cache(st: NodeState, job_id: str, node: str, job: JobView, targets: list[Target]) -> None:
+    """The device cache for the job's TaskProlog and container wrapper; a folder they will not
+    trust is said here, where admins look (they then ask slurmctld per task, as before)."""
+    write_cache(st.dir, job_id, node, job.gres,
+                {f"{t.kind}{t.idx}": t.identity if t.dev is not None else None for t in targets})
+    problem = folder_problem(st.dir)
+    if problem:
+        log.warning("job %s: the device cache will not be trusted: %s", job_id, problem)
 
 
 def _apply_all(dev: DeviceLayer, st: NodeState, job_id: str, targets: list[Target],
@@ -275,6 +299,7 @@ def epilog(cfg: AgentConfig, job_id: str, node: str) -> dict[str, Any] | None:
         record = json.loads(st.job_file(job_id).read_text())
     except (OSError, ValueError):
         log.warning("epilog job %s on %s: no prolog record", job_id, node)
+        remove_cache(st.dir, job_id)  # a prolog that stopped after writing it
         _restore_owned(cfg, st, node, job_id)
         return None
     per_device = []
@@ -311,6 +336,7 @@ def epilog(cfg: AgentConfig, job_id: str, node: str) -> dict[str, Any] | None:
         else:
             spool(st, job_id, node, summary, nodes=nodes)
     st.job_file(job_id).unlink(missing_ok=True)
+    remove_cache(st.dir, job_id)
     log.info("epilog job %s on %s: %s, %.0f ms", job_id, node, summary, (time.monotonic() - t0) * 1000)
     return summary
 
@@ -474,7 +500,21 @@ def restore(cfg: AgentConfig, node: str, alive: Callable[[str], bool] | None,
         for f in st.dir.glob("job-*.json"):
             if _worth_asking(f) and _asks(gone, f.stem[4:], False):
                 f.unlink(missing_ok=True)
+                remove_cache(st.dir, f.stem[4:])
+        _drop_orphan_caches(st)
     return done
+
+
+def _drop_orphan_caches(st: NodeState) -> None:
+    """Device caches without their job's record an hour on (a prolog that stopped between
+    the two, then no epilog): no Slurm call, the record's own cleanup covers the rest."""
+    for f in st.dir.glob(f"{CACHE_PREFIX}*.json"):
+        job = f.stem[len(CACHE_PREFIX):]
+        try:
+            if not st.job_file(job).exists() and time.time() - f.stat().st_mtime > 3600:
+                f.unlink(missing_ok=True)
+        except OSError:
+            continue
 
 
 def _reset_every_device(dev: DeviceLayer, st: NodeState, infos: list[DeviceInfo]) -> list[str]:
@@ -523,7 +563,7 @@ def _entry(which: str) -> int:
     node = os.environ.get("SLURMD_NODENAME", "")
     try:
         cfg = AgentConfig.load(config_path())
-        cfg.state_dir.mkdir(parents=True, exist_ok=True)
+        cfg.state_dir.mkdir(mode=0o755, parents=True, exist_ok=True)  # root's: see devcache.py
         logging.basicConfig(filename=str(cfg.state_dir / "agent.log"), level=logging.INFO,
                             format="%(asctime)s %(levelname)s %(message)s")
         if which == "restore":

@@ -81,7 +81,9 @@ class NodeState:
 
     def __init__(self, cfg: AgentConfig, node: str):
         self.dir = cfg.state_dir / node
-        self.dir.mkdir(parents=True, exist_ok=True)
+        # Never group/other-writable (whatever the umask allows): the TaskProlog and the
+        # container wrapper trust the device cache here only then (energy/devcache.py).
+        self.dir.mkdir(mode=0o755, parents=True, exist_ok=True)
 
     def job_file(self, job_id: str) -> Path:
         return self.dir / f"job-{job_id}.json"

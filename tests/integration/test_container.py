@@ -111,6 +111,7 @@ def test_arm_npu_job_gets_the_cann_variant(cluster: Cluster, images: Path, out: 
     assert len(npus) == 2
     assert accel_devices(output) == npus | {"davinci_manager", "devmm_svm", "hisi_hdc"}
     assert f["ASCEND_RT_VISIBLE_DEVICES"] == "0,1" and "CUDA_VISIBLE_DEVICES" not in f
+    assert "no usable device cache" not in output  # the wrapper read the Prolog's cache
     assert (f["HCCL_SOCKET_IFNAME"], f["HCCL_CONNECT_TIMEOUT"]) == ("eth0", "1200")
     assert f["driver"] == "ro"  # the Ascend driver folder, read-only
 
@@ -324,6 +325,27 @@ def test_plain_npu_job_gets_its_indices_from_the_taskprolog(cluster: Cluster, ou
         cluster.runner.run(["scancel", str(held)], check=False)
     assert row["State"] == "COMPLETED"
     assert output == "ASCEND_RT_VISIBLE_DEVICES=3,4\nSLURM_JOB_NPUS=3,4\n"
+
+
+def test_npu_tasks_get_their_indices_from_the_prologs_cache_without_scontrol(cluster: Cluster, out: Path) -> None:
+    """PATH=/nonexistent in every task's environment (the TaskProlog runs with it): a
+    TaskProlog that called scontrol would fail, print why and unset the variables. Every task
+    (the batch step's and two srun tasks) must say its devices came from the Prolog's cache."""
+    srun = shutil.which("srun", path=os.environ.get("PATH"))
+    assert srun
+    script = (f"{srun} -n2 /bin/sh -c '/usr/bin/env | /usr/bin/grep -E \"^(ASCEND_RT_VISIBLE_DEVICES|SLURM_JOB_NPUS)=\"'"
+              "; /usr/bin/env | /usr/bin/grep -E '^(ASCEND_RT_VISIBLE_DEVICES|SLURM_JOB_NPUS)='")
+    jid, row, output = run(cluster, out, ["-p", "npu", "-w", "npu-01", "-n2", "--gres=npu:2",
+                                          "--export=ALL,PATH=/nonexistent,SLURM_HETERO_VERBOSE=1"], script)
+    assert row["State"] == "COMPLETED", output
+    lines = output.splitlines()
+    assert lines.count(f"slurm-hetero taskprolog: job {jid}: devices on npu-01 from the Prolog's cache") == 3, output
+    seen = [ln for ln in lines if "=" in ln]
+    assert len(seen) == 6 and len(set(seen)) == 2, output  # three tasks, the same two variables
+    npus = dict(ln.split("=", 1) for ln in seen)
+    assert re.fullmatch(r"\d,\d", npus["ASCEND_RT_VISIBLE_DEVICES"]) and \
+        npus["SLURM_JOB_NPUS"] == npus["ASCEND_RT_VISIBLE_DEVICES"], output
+    assert not [ln for ln in lines if "slurmctld" in ln or "scontrol" in ln], output
 
 
 def test_rootless_runc_as_an_unprivileged_user() -> None:

@@ -46,7 +46,7 @@ def dev_tree(tmp: Path, bundles: bool = False) -> DevTree:
     ports = {n: 30000 + i for i, n in enumerate(site.all_nodes)}
     profile = Profile(conf_dir=str(tmp / "etc"), dev_dir=str(tmp / "dev"), node_ports=ports,
                       images_root=str(tmp / "images"), runc=str(tmp / "bin" / "runc"),
-                      python=sys.executable, hetero_lib=str(ROOT))
+                      python=sys.executable, hetero_lib=str(ROOT), agent_state_dir=str(tmp / "agent"))
     for g in site.node_groups:
         for node in g.nodes:
             ctl, dirs = emulated_paths(site, profile, g, node)

@@ -15,6 +15,7 @@ import pytest
 from slurm_hetero.conf.render import Profile, render_site, write_files
 from slurm_hetero.containers.ociconfig import DEVICE_VARS, DevicePlan, MountRefused, build_config, env_dict
 from slurm_hetero.containers.wrapper import NotInCatalog, prepare, requested_image
+from slurm_hetero.energy.devcache import write_cache
 from slurm_hetero.errors import RuntimeFailure
 from slurm_hetero.site import load_site_text
 from tests.unit.container_fixtures import ROOT, DevTree, dev_tree, fake_command
@@ -143,6 +144,16 @@ def run_entry(tree: DevTree, bundle: Path, node: str, scontrol_out: str, extra_e
     return subprocess.run(argv, capture_output=True, text=True, env=env, timeout=60, check=False)
 
 
+FALLBACK = "no usable device cache from the Prolog"
+
+
+def refusal(r: subprocess.CompletedProcess[str]) -> str:
+    """The wrapper's stderr less its one line on asking slurmctld (no Prolog ran in these trees)."""
+    lines = r.stderr.splitlines(keepends=True)
+    assert sum(FALLBACK in line for line in lines) == 1, r.stderr
+    return "".join(line for line in lines if FALLBACK not in line)
+
+
 def test_entry_writes_config_and_execs_runc(tree: DevTree, tmp_path: Path) -> None:
     r = run_entry(tree, tmp_path / "b", "a100-01",
                   "     Nodes=a100-01 CPU_IDs=0-1 Mem=2048 GRES=gpu:a100-80gb:2(IDX:1,3)\n")
@@ -161,7 +172,7 @@ def test_entry_refuses_before_runc(tree: DevTree, tmp_path: Path) -> None:
     r = run_entry(tree, tmp_path / "b", "v100-01",
                   "     Nodes=v100-01 CPU_IDs=0-1 Mem=2048 GRES=gpu:v100:1(IDX:0)\n")
     assert r.returncode == 2 and r.stdout == ""
-    assert r.stderr == ("slurm-hetero: container refused: image pytorch:24.05: no variant fits the driver "
+    assert refusal(r) == ("slurm-hetero: container refused: image pytorch:24.05: no variant fits the driver "
                         "of v100-01: x86_64/cuda12.4 needs CUDA 12.4, but the driver of v100-01 "
                         "(535.104.05) supports CUDA <= 12.2\n")
     r = run_entry(tree, tmp_path / "c", "cpu-x86-01", "     Nodes=cpu-x86-01 CPU_IDs=0 Mem=1024 GRES=\n",
@@ -248,7 +259,7 @@ def test_no_record_of_the_devices_no_container(tree: DevTree, tmp_path: Path, an
     the user wrote is wrong), rather than a job that runs without the devices it waited for."""
     r = run_entry(tree, tmp_path / "b", "a100-01", answer, extra_env=("SLURM_JOB_GPUS=1,3",), scontrol_rc=rc)
     assert (r.returncode, r.stdout) == (1, "")  # runc never ran
-    assert r.stderr == f"slurm-hetero: container refused: {why}, so the container does not start\n"
+    assert refusal(r) == f"slurm-hetero: container refused: {why}, so the container does not start\n"
 
 
 def test_a_node_without_devices_asks_slurmctld_nothing(tree: DevTree, tmp_path: Path) -> None:
@@ -292,9 +303,28 @@ def test_taskprolog_exports_the_npu_indices(tree: DevTree, tmp_path: Path) -> No
         env = {"PATH": f"{tmp_path / 'bin'}:/usr/bin:/bin", "SLURM_JOB_ID": "3", "SLURMD_NODENAME": node}
         return subprocess.run([str(prolog)], capture_output=True, text=True, env=env, check=True).stdout
 
-    assert on("npu-02") == "export ASCEND_RT_VISIBLE_DEVICES=4,6\nexport SLURM_JOB_NPUS=4,6\n"
+    fallback, *exports = on("npu-02").splitlines()  # no Prolog ran: slurmctld, and a line saying so
+    assert fallback.startswith("print slurm-hetero taskprolog: job 3: no usable device cache from the Prolog (")
+    assert exports == ["export ASCEND_RT_VISIBLE_DEVICES=4,6", "export SLURM_JOB_NPUS=4,6"]
     assert on("a100-01") == ""  # no NPUs there: no query either
     assert on("ghost").startswith("print slurm-hetero taskprolog: node 'ghost' is not in site 'demo'")
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="the cache is trusted only as root's file")
+def test_taskprolog_reads_the_prologs_cache_and_asks_nothing(tree: DevTree, tmp_path: Path) -> None:
+    node_dir = Path(tree.profile.agent_state_dir) / "npu-02"
+    node_dir.mkdir(parents=True, exist_ok=True)
+    node_dir.chmod(0o755)
+    write_cache(node_dir, "4", "npu-02", {"npu": [1, 5]}, {})
+    ran = tmp_path / "scontrol-ran"
+    fake_command(tmp_path / "bin" / "scontrol", f'touch "{ran}"\n')
+    env = {"PATH": f"{tmp_path / 'bin'}:/usr/bin:/bin", "SLURM_JOB_ID": "4", "SLURMD_NODENAME": "npu-02",
+           "SLURM_HETERO_VERBOSE": "1"}
+    out = subprocess.run([str(Path(tree.profile.conf_dir) / "hetero-taskprolog")], capture_output=True,
+                         text=True, env=env, check=True).stdout
+    assert out == ("print slurm-hetero taskprolog: job 4: devices on npu-02 from the Prolog's cache\n"
+                   "export ASCEND_RT_VISIBLE_DEVICES=1,5\nexport SLURM_JOB_NPUS=1,5\n")
+    assert not ran.exists()
 
 
 # ---- rendering ----------------------------------------------------------------------------------

@@ -416,11 +416,12 @@ def test_container_wrapper_refuses_gpus_it_cannot_place(tmp_path: Path, monkeypa
     asked: list[str] = []
     held: dict[str, list[int]] = {}
 
-    def allocation(job: str, node: str, slurm_conf: str | None = None) -> dict[str, list[int]]:
+    def allocation(job: str, node: str, conf: str, slurm_conf: str | None,
+                   say: object) -> tuple[dict[str, list[int]], str]:
         asked.append(node)
-        return held
+        return held, "cache"
 
-    monkeypatch.setattr(wrapper, "job_allocation", allocation)
+    monkeypatch.setattr(wrapper, "cached_allocation", allocation)
     # No device table for the node and no AutoDetect: a CPU container, no Slurm call.
     assert wrapper.node_allocation(tree.conf, "12", "cpu-x86-01") == {} and asked == []
     slurm_conf = tree.conf.slurm_conf
