@@ -32,6 +32,8 @@ from slurm_hetero.replay.run import ArmResult
 
 PAIRS = (("bridge", "plain"), ("easy++", "plain"), ("bridge", "easy++"), ("bridge-central", "plain"),
          ("bridge-central", "easy++"), ("bridge-central", "bridge"),
+         # the model's order alone (SiteFactor), every job keeping its user's limit
+         ("bridge-nolimits", "plain"), ("bridge", "bridge-nolimits"),
          # the GPU pods: --accel (start soonest, no model) against fixed models, and with migration
          ("bridge-nomodel", "plain"), ("bridge-migrate", "plain"))
 # AVEbsld over every measured job, over those started in every arm (paired), mean wait, and

@@ -17,8 +17,9 @@ Windows. kth: the campaign's `--pick band` rule (replay_kth.py --band 0.8,1.5 --
 window's start, after its 1 h warm-up; arm `bridge` (a runtime model trained on the jobs that
 ended before the warm-up). alibaba: replay_alibaba.py's first window (the busiest 1 h, pods
 still running at its start carried over), arm `bridge-nomodel` (the trace has no users). One
-arm only (the bridge on): this measures `why`, not a scheduler. Drain until every measured job
-started or --drain-hours.
+arm only: this measures `why`, not a scheduler. `--arm plain` (Slurm as it comes: each pod
+asks its trace's own model) is the one where pods wait on that trace: with `--accel` they
+seldom do. Drain until every measured job started or --drain-hours.
 
 The sampler (a `run_arm` watch: a thread) polls every --every real seconds: `squeue --start`
 of every pending job (`%i|%S|%r`, times as epoch seconds), and for each job released less than
@@ -533,9 +534,8 @@ def main() -> int:
 
     window_of, default_arm = WINDOWS[a.trace]
     arm_name = a.arm or default_arm
-    if arm_name not in ARMS or not ARMS[arm_name].bridge:
-        print(f"--arm {arm_name}: choose a bridge arm ({', '.join(k for k, v in ARMS.items() if v.bridge)})",
-              file=sys.stderr)
+    if arm_name not in ARMS:
+        print(f"--arm {arm_name}: choose one of {', '.join(ARMS)}", file=sys.stderr)
         return 2
     a.arm_obj = ARMS[arm_name]
     a.base = a.workdir or Path(tempfile.mkdtemp(prefix=f"why-estimates-{a.trace}-", dir="/var/tmp"))
