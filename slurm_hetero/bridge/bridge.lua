@@ -244,11 +244,12 @@ local function reject(option, value, why)
     return nil, "hetero: --" .. option .. "=" .. shown(value) .. ": " .. why
 end
 
--- A JSON string of s: control characters, '"' and '\\' escaped.
+-- A JSON string of s: control characters, '"', '\\' and '`' escaped (readers of the admin
+-- comment turn backquotes into quotes: sacctmgr stores quotes as backquotes).
 local function json_escape(c) return sformat("\\u%04x", sbyte(c)) end
 local function json_string(s)
-    if not sfind(s, '[%c"\\]') then return '"' .. s .. '"' end  -- the usual case: nothing to escape
-    return '"' .. gsub(s, '[%c"\\]', json_escape) .. '"'
+    if not sfind(s, '[%c"\\`]') then return '"' .. s .. '"' end  -- the usual case: nothing to escape
+    return '"' .. gsub(s, '[%c"\\`]', json_escape) .. '"'
 end
 
 -- ---- option meaning: the site's models, groups and aliases ---------------------------

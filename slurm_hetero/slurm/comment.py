@@ -8,10 +8,14 @@ such object that parses is ours; a later one cannot come from a user (AdminComme
 admin-only) and ours is always written last.
 
 After a job ends, only `sacctmgr modify job ... set AdminComment=` can change the comment,
-and sacctmgr stores every double quote as a backquote. Our JSON never holds a backquote of
-its own (values are names, numbers and ids), so readers turn them back: `parse_comment`.
-A foreign part holding a double quote would come back changed, so `merge_comment` refuses
-to write it (`ForeignTextChanged`) rather than alter someone else's text.
+and Slurm 22.05's sacctmgr stores every double quote as a backquote and lower-cases the
+whole value (seen here: `{"a":"/tmp/AbC"}` came back as `{`a`:`/tmp/abc`}`, quoted or not).
+So what goes through sacctmgr is written lower-case-proof: our JSON with every upper-case
+letter and every backquote as a JSON `\\u00xx` escape (lower-case hex), which JSON readers decode
+to the same text; readers turn backquotes back into quotes (`parse_comment`). A foreign
+part holding a double quote or an upper-case letter (jobstats' base64) would come back
+changed, so `merge_comment` refuses to write it (`ForeignTextChanged`) rather than alter
+someone else's text.
 
 Earlier releases owned the whole field: `{...}` without "hetero" (the agent's figures
 alone) or `{"text": FOREIGN, ...}` (foreign text wrapped). Both are still read, and the
@@ -26,6 +30,7 @@ next write puts FOREIGN back in front, as it was.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 # Slurm keeps comments of any length; ours are well under 4 KB. Longer text is not ours.
@@ -34,10 +39,25 @@ _MARK = '{"hetero":'  # after backquotes are turned back into quotes
 # Keys only our records ever had at the top level (the whole-field layouts of earlier releases).
 _LEGACY_KEYS = frozenset({"hetero", "node_energy"})
 _DECODER = json.JSONDecoder()
+_PROOF = re.compile(r"[A-Z`]")
+_UESCAPE = re.compile(r"\\u[0-9a-f]{4}")
 
 
 class ForeignTextChanged(ValueError):
-    """Writing through sacctmgr would change another tool's text (it holds a double quote)."""
+    """Writing through sacctmgr would change another tool's text (it holds a double quote or
+    an upper-case letter)."""
+
+
+def sacctmgr_proof(body: str) -> str:
+    r"""JSON text that sacctmgr's lower-casing and quote swap leave meaning the same: every
+    A-Z and backquote (only ever inside strings in json.dumps' output) as a \u escape.
+
+    >>> sacctmgr_proof('{"checkpoint":"/ckpt/RunA`1"}')
+    '{"checkpoint":"/ckpt/\\u0052un\\u0041\\u00601"}'
+    >>> json.loads(sacctmgr_proof('{"p":"/X/y"}').lower())
+    {'p': '/X/y'}
+    """
+    return _PROOF.sub(lambda m: f"\\u{ord(m.group()):04x}", body)
 
 
 def split_comment(text: str) -> tuple[str, dict[str, Any], str]:
@@ -94,12 +114,14 @@ def parse_comment(text: str) -> dict[str, Any]:
     return split_comment(text.strip())[1]
 
 
-def join_comment(before: str, ours: dict[str, Any], after: str = "") -> str:
+def join_comment(before: str, ours: dict[str, Any], after: str = "", via_sacctmgr: bool = False) -> str:
     """The field with our record between the foreign parts. Its first key is always "hetero"
     (how readers find it): 1 where the bridge decided the job, 0 for the agent's figures of
-    a job the bridge never saw."""
+    a job the bridge never saw. `via_sacctmgr`: our record `sacctmgr_proof`."""
     record = {"hetero": ours.get("hetero", 0), **{k: v for k, v in ours.items() if k != "hetero"}}
     body = json.dumps(record, separators=(",", ":"))
+    if via_sacctmgr:
+        body = sacctmgr_proof(body)
     return (f"{before} {body}" if before else body) + after
 
 
@@ -114,10 +136,14 @@ def merge_comment(current: str, add: dict[str, Any], via_sacctmgr: bool = False)
     before, ours, after = split_comment(current)
     if not ours and before.strip() in ("{}", "(null)"):
         before = ""
-    if via_sacctmgr and ('"' in before or '"' in after):
-        raise ForeignTextChanged("the comment's other text holds a double quote, which sacctmgr "
-                                 "would store as a backquote")
-    return join_comment(before, _merge(ours, add), after)
+    if via_sacctmgr:
+        if '"' in before or '"' in after:
+            raise ForeignTextChanged("the comment's other text holds a double quote, which sacctmgr "
+                                     "would store as a backquote")
+        if before != before.lower() or after != after.lower():
+            raise ForeignTextChanged("the comment's other text holds upper-case letters, which "
+                                     "sacctmgr would lower-case")
+    return join_comment(before, _merge(ours, add), after, via_sacctmgr=via_sacctmgr)
 
 
 def replace_comment(current: str, ours: dict[str, Any]) -> str:
@@ -188,7 +214,9 @@ def sits_on_a_line(comment: str) -> bool:
     >>> sits_on_a_line('an admin note {"hetero":1}'), sits_on_a_line('{"hetero":1} bb: failed')
     (False, False)
     """
-    if any(c in comment for c in "\\'\n\r") or len(comment) > MAX_COMMENT:
+    # \uXXXX escapes (sacctmgr_proof's, lower-case hex) read back as written; any other
+    # backslash (an escaped quote or backslash) goes on its own argv.
+    if any(c in _UESCAPE.sub("", comment) for c in "\\'\n\r") or len(comment) > MAX_COMMENT:
         return False
     before, ours, after = split_comment(comment)
     if ours and before:  # one word of foreign text, the one space, our compact JSON

@@ -235,6 +235,11 @@ def test_checkpoint_folder_is_data_in_the_record(js: JobSubmit) -> None:
     path = '/a"b\\c,"hetero":2}'
     rc, desc = js.submit({"checkpoint": path})
     assert rc == 0 and decision(desc)["checkpoint"] == path and decision(desc)["hetero"] == 1
+    # A backquote is escaped: readers of the comment turn backquotes into quotes (sacctmgr's).
+    rc, desc = js.submit({"checkpoint": "/ckpt/A`b"})
+    assert rc == 0 and "`" not in desc["admin_comment"]
+    from slurm_hetero.slurm.comment import parse_comment
+    assert parse_comment(desc["admin_comment"])["checkpoint"] == "/ckpt/A`b"
 
 
 @pytest.mark.parametrize(("opts", "message"), [

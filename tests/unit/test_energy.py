@@ -135,8 +135,8 @@ def jobs(monkeypatch: pytest.MonkeyPatch) -> dict[str, agent.JobView]:
 
 
 class FakeDb:
-    """slurmdbd's admin comments behind sacct and sacctmgr (which stores `"` as a backquote),
-    by command, for the shipper (unit-test fake)."""
+    """slurmdbd's admin comments behind sacct and sacctmgr (which, on 22.05, lower-cases the
+    value and stores `"` as a backquote), by command, for the shipper (unit-test fake)."""
 
     def __init__(self, comments: dict[str, str]) -> None:
         self.comments = dict(comments)
@@ -156,10 +156,11 @@ class FakeDb:
             for line in (input or "").splitlines():
                 m = re.fullmatch(r"modify job where jobid=(\d+) set AdminComment=(.*)", line)
                 assert m, line
-                self.comments[m.group(1)] = m.group(2).replace('"', "`")
+                self.comments[m.group(1)] = m.group(2).lower().replace('"', "`")
         else:
             assert argv[:5] == ["sacctmgr", "-i", "modify", "job", "where"], argv
-            self.comments[argv[5].removeprefix("jobid=")] = argv[-1].removeprefix("AdminComment=").replace('"', "`")
+            value = argv[-1].removeprefix("AdminComment=")
+            self.comments[argv[5].removeprefix("jobid=")] = value.lower().replace('"', "`")
         return subprocess.CompletedProcess(argv, 0, "", "")
 
 
@@ -384,7 +385,7 @@ def test_a_shared_spool_makes_the_first_node_the_one_writer(tmp_path: Path) -> N
     shared = tmp_path / "shared"
     shared.mkdir(mode=0o755)
     figures = {n: {"energy_j": i + 1} for i, n in enumerate(["g01", "g02", "g03"])}
-    db = FakeDb({"5": 'JS1:H4sI {"hetero":1,"pool":"h100@x86_64"}'})
+    db = FakeDb({"5": 'js1:h4si {"hetero":1,"pool":"h100@x86_64"}'})
     ship.spool_shared(shared, "5", "g02", figures["g02"], nodes=3, first="g01")
     ship.spool_shared(shared, "5", "g03", figures["g03"], nodes=3, first="g01")
     # Not the writer: nothing; the writer waits while a node's figures are missing.
@@ -394,7 +395,7 @@ def test_a_shared_spool_makes_the_first_node_the_one_writer(tmp_path: Path) -> N
     assert ship.ship_shared(db, shared, "g01").written == 1  # type: ignore[arg-type]
     # One read and one write for the whole job; the foreign text stays in front.
     assert [c[:2] for c in db.calls] == [["sacct", "-X"], ["sacctmgr", "-i"]]
-    assert db.comments["5"].startswith("JS1:H4sI {")
+    assert db.comments["5"].startswith("js1:h4si {")
     rec = parse_comment(db.comments["5"])
     assert rec["pool"] == "h100@x86_64" and rec["node_energy"] == figures
     # Read back: confirmed, the job's folder goes.
@@ -444,3 +445,20 @@ def test_a_site_can_keep_the_agent_out_of_the_admin_comment(tmp_path: Path) -> N
     (tmp_path / "agent.json").write_text(json.dumps(cfg))
     loaded = AgentConfig.load(tmp_path / "agent.json")
     assert loaded.update_comment is False and loaded.shared_spool == Path("/shared/spool")
+
+
+def test_foreign_text_sacctmgr_would_lower_case_is_left_alone(cfg: AgentConfig) -> None:
+    # jobstats' base64 in front of ours: a write through sacctmgr would lower-case it.
+    st = NodeState(cfg, "n1")
+    ship.spool(st, "8", "n1", {"energy_j": 8})
+    before = 'JS1:H4sIAAAA {"hetero":1,"checkpoint":"/ckpt/RunA"}'
+    db = FakeDb({"8": before})
+    done = ship.ship(db, st, "n1")  # type: ignore[arg-type]
+    assert (done.written, done.dropped) == (0, 1) and db.comments["8"] == before
+    assert [c[:2] for c in db.calls] == [["sacct", "-X"]]  # read, never written
+    # Ours alone: written escaped, read back with its case (a checkpoint path is case-sensitive).
+    ship.spool(st, "9", "n1", {"energy_j": 9})
+    db.comments["9"] = '{"hetero":1,"checkpoint":"/ckpt/RunA"}'
+    assert ship.ship(db, st, "n1").written == 1  # type: ignore[arg-type]
+    assert parse_comment(db.comments["9"]) == {"hetero": 1, "checkpoint": "/ckpt/RunA",
+                                               "node_energy": {"n1": {"energy_j": 9}}}
