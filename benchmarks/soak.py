@@ -14,18 +14,41 @@ an SVG beside it (`OUT-<run>-timeline.svg`; the workdir without --json).
 The rules on a replay clock (devcluster/faults.py `soak_settings`, `rules_on_clock`): the
 exporters run on the cluster's faked clock, Prometheus on real time; limits on published ages
 stay in trace seconds, `for:` and range windows become real seconds (trace / speed), and
-`time()` is rewritten into the faked clock. A replay cluster runs no Prolog/Epilog, so no
-policy is applied to a device there: the devices figure can only be 0 until it does.
+`time()` is rewritten into the faked clock.
+
+The node agent (`--hooks`, the default; `--no-hooks`: a replay cluster as `replay run` boots
+it): the cluster keeps the agent's Prolog and Epilog (not its TaskProlog or health check;
+devcluster/clock.py `accelerate_conf`), so the `--energy=` policy of the energy share's
+accelerator jobs and of agent-fail's probe jobs is applied to the fake GPUs and restored,
+and the devices check (fake state read against `scontrol show job -d`, at each fault's end
+and at the end) sees real policies. A site without accelerators (KTH) boots with a probe
+node of two fake GPUs in a partition no trace job asks for (`soak_site`); the window and
+the figures are the trace site's. `devices_with_policy`: devices the agent's Prologs applied
+a whole policy to (its log). The hooks run at real speed on the accelerated clock: a job's
+body starts the Prolog's real time x speed trace seconds after its allocation
+(PrologFlags=Alloc: slurmd starts the batch script once the Prolog is done; Slurm's start
+time, and sacct's batch step, say the allocation), so each job runs that much longer than
+its trace runtime (`prolog_delay`: completed jobs' run less their trace runtime, launch
+latency included; a job whose body nearly fills its own limit may meet it). Measured in three
+`--short` runs at x50 (2 cores, beside other replays): p50 5-10 trace s, p90 7-16.5 (the
+day's runs without hooks: p50 1 s), so a Prolog of 0.1-0.2 real s (Python and the agent's
+imports take 0.06-0.11 s here, the rest is its `scontrol show job`). slurmd's timeouts
+cannot kill the hooks: MessageTimeout and BatchStartTimeout are scaled by the speed,
+PrologEpilogTimeout too where set (unset: none).
 
     .venv/bin/python benchmarks/soak.py [--short] [--workload kth|alibaba] [--faults default|all|none|K1,K2]
         [--seed 36] [--speed 50] [--hours 24] [--warmup-hours 1] [--drain-hours 6] [--start band|EPOCH]
-        [--users local|root] [--no-baseline] [--no-monitor] [--energy-share F] [--workdir DIR] [--json OUT]
+        [--users local|root] [--no-baseline] [--no-monitor] [--no-hooks] [--energy-share F] [--workdir DIR]
+        [--json OUT]
 
 The faults (slurm_hetero/replay/faults.py says what each is, devcluster/faults.py how it is
 injected and undone): the bridge daemon SIGKILLed, and SIGSTOPped for an hour (trace) then
 continued; slurmctld restarted, and SIGKILLed then started 10 minutes later; slurmdbd stopped
 for an hour; one node's slurmd SIGKILLed for half an hour; StateSaveLocation (where the
-snapshot lives) read-only for half an hour; one node's clock 60-120 s behind for an hour.
+snapshot lives) read-only for half an hour; one node's clock 60-120 s behind for an hour;
+one node's devices failing partway through a policy for half an hour (agent-fail: the node
+agent's Prolog stops after a probe job's first device, logs an ERROR and exits 0; the job
+runs, its Epilog puts back every device the Prolog changed, HeteroNodeAgentErrors fires).
 They come in a seeded order at seeded times spread over the window, never two at once.
 `--faults none` replays the baseline only. The day's window: the middle one of the KTH log's
 24-hour windows whose demand ÷ capacity (with the work already running) lies in [0.8, 1.5]
@@ -37,7 +60,7 @@ demand 1.08), no warm-up, three faults with seed 293 (the daemon stopped at +860
 trace minutes, past its 150 s margin, while jobs submitted in its first minutes, the
 heartbeat still fresh, pass their shortened limits; slurmdbd down for 10 trace minutes;
 slurmctld restarted), no baseline unless asked (`--baseline`), about 3 real minutes.
-`--short --faults all` puts all eight faults, shorter, in those 2 hours.
+`--short --faults all` puts all nine faults, shorter, in those 2 hours.
 
 Exit 0 when every fault happened and nothing was lost, killed early, or booked wrong;
 1 otherwise (the figures say what). Needs root and the dev cluster's packages (`make deps`).
@@ -53,14 +76,24 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from slurm_hetero.devcluster import procs
-from slurm_hetero.devcluster.faults import Injector, Monitoring, SoakCluster, bridge_margin_s, devices_left
+from slurm_hetero.devcluster.faults import (
+    Injector,
+    Monitoring,
+    SoakCluster,
+    agent_figures,
+    bridge_margin_s,
+    devices_left,
+)
 from slurm_hetero.errors import InputError, RuntimeFailure
 from slurm_hetero.fileio import write_json_atomic
 from slurm_hetero.jobs.trace import KTH_SP2
@@ -99,6 +132,42 @@ PODS = ROOT.parent / "shared" / "traces" / "alibaba-gpu-2023-pods.csv"
 # while two jobs submitted meanwhile (heartbeat still fresh) pass their shortened limits.
 SHORT_START = 861282481
 SHORT_SEED = 293
+# With --hooks, a site without accelerators (KTH) boots with this node group added in a
+# partition of its own, which no trace job asks for (the bridge routes only --accel jobs):
+# its two fake GPUs are what agent-fail's probe jobs get a policy on. The window and the
+# figures (capacity, utilisation) stay the trace site's.
+PROBE_PARTITION = "soak-probe"
+PROBE_NODE = "probe-01"
+PROBE_GROUP = {"names": PROBE_NODE, "resource_type": "GPU", "architecture": "x86_64", "sockets": 1,
+               "cores_per_socket": 2, "threads_per_core": 1, "memory": "8GB", "memory_bandwidth": "10GB/s",
+               "supported_frameworks": ["pytorch"], "accelerators": [{"model": "a100-80gb", "count": 2}],
+               "partitions": [PROBE_PARTITION]}
+
+
+def soak_site(site: Site, site_path: Path, out: Path) -> tuple[Site, Path]:
+    """The site the soak's cluster boots with hooks: `site` itself when it has accelerators,
+    else a copy with PROBE_GROUP (written to `out`, the exporters read it)."""
+    if any(g.accelerators for g in site.node_groups):
+        return site, site_path
+    doc = yaml.safe_load(site_path.read_text())
+    doc["partitions"] = [*doc.get("partitions", []),
+                         {"name": PROBE_PARTITION, "max_time": "1:00:00", "default_time": "0:10:00"}]
+    doc["node_groups"] = [*doc.get("node_groups", []), PROBE_GROUP]
+    doc["name"] = site.name  # the same cluster name: accounting and the model stay the site's
+    out.write_text("# benchmarks/soak.py: the trace's site with a probe node for agent-fail\n"
+                   + yaml.safe_dump(doc, sort_keys=False))
+    return load_site(out), out
+
+
+def prolog_delay(res: ArmResult) -> dict[str, Any]:
+    """How much longer than its trace runtime each completed job ran (trace s): launch latency
+    (about 1 s at x50 without hooks) plus, with hooks, the Prolog's real time x speed (slurmd
+    starts the batch script once the Prolog is done; the job's start is its allocation)."""
+    d = sorted(e for o in res.outcomes if o.state == "COMPLETED" and (e := o.runtime_error) is not None)
+    if not d:
+        return {"jobs": 0}
+    return {"jobs": len(d), "median_s": statistics.median(d), "p90_s": d[int(0.9 * (len(d) - 1))],
+            "max_s": d[-1]}
 
 
 def pick_window(df: Any, site: Site, workload: str, start: str, hours: float, warmup: float) -> Window:
@@ -165,20 +234,26 @@ def summary(res: ArmResult, sub: PatientSubmitter, obs: Observer, records: dict[
 def one_run(name: str, base: Path, site: Site, sel: Selection, window: Window, arm: Arm, speed: float,
             model: Path | None, faults: list[Fault], drain_hours: float, users: str,
             say: Any, monitor: bool = True, energy_share: float = 0.0,
-            seed: int = 0) -> tuple[dict[str, Any], list[dict[str, Any]], ArmResult]:
+            seed: int = 0, hooks: bool = False,
+            boot: tuple[Site, Path] | None = None) -> tuple[dict[str, Any], list[dict[str, Any]], ArmResult]:
     """One replay of the window (with `faults`, or none): its summary (with the devices left
-    with a policy, the alerts and the timeline), the faults' records and the arm's result."""
+    with a policy, the alerts and the timeline), the faults' records and the arm's result.
+    `hooks`: the node agent's Prolog/Epilog on; `boot`: the site (and its file) the cluster
+    boots with, when not `site` (`soak_site`)."""
     made: list[SoakCluster] = []
     subs: list[PatientSubmitter] = []
     state: dict[str, Any] = {"obs": None, "inj": None, "dbd_left": None, "mon": None, "clock": None,
-                             "t0": 0.0, "monitoring": None, "devices": None, "monitor_problem": None}
+                             "t0": 0.0, "monitoring": None, "devices": None, "monitor_problem": None,
+                             "agent": {}}
+    boot_site, watch = boot or (site, site.path)
     margin = bridge_margin_s(speed)
     blocking = [f.for_s for f in faults if f.kind in BLOCKING]
     retry_s = max(blocking, default=0.0) / speed + 90.0
 
     def factory(workdir: Path) -> SoakCluster:
         # With `monitor`: the exporters and Prometheus start with the cluster, before t0.
-        made.append(SoakCluster(workdir, watch=site.path if monitor else None))
+        made.append(SoakCluster(workdir, watch=watch if monitor else None, hooks=hooks,
+                                boot_site=boot_site if boot_site is not site else None))
         return made[-1]
 
     def on_start(t0: float) -> None:
@@ -206,6 +281,11 @@ def one_run(name: str, base: Path, site: Site, sel: Selection, window: Window, a
             state["devices"] = devices_left(made[-1].cluster)
         except Exception as e:
             state["devices"] = {"problem": f"{type(e).__name__}: {e}"}
+        try:
+            log = made[-1].cluster.agent_dir / "agent.log"
+            state["agent"] = agent_figures(log.read_text(errors="replace"))
+        except OSError:
+            state["agent"] = {}  # no Prolog ran (no hooks)
         mon: Monitoring | None = state["mon"]
         if mon is not None:
             settle = {a for f in faults if (a := ALERT_FOR.get(f.kind))}
@@ -235,6 +315,9 @@ def one_run(name: str, base: Path, site: Site, sel: Selection, window: Window, a
     summ = summary(res, subs[-1], state["obs"], records, state["dbd_left"], real_s, margin)
     summ.update(watched(state, recs, speed, monitor))
     summ["with_energy"] = len(subs[-1].with_energy)  # accelerator jobs that asked for a policy
+    summ["hooks"] = hooks
+    summ.update(state["agent"])
+    summ["prolog_delay"] = prolog_delay(res)
     return summ, recs, res
 
 
@@ -295,8 +378,9 @@ ROWS = (("submitted", "d"), ("lost", "d"), ("killed_early", "d"), ("records_miss
         ("records_wrong", "d"), ("submit_failed", "d"), ("unreleased", "d"), ("killed_at_limit", "d"),
         ("ran_past_own_limit", "d"), ("outlived_prediction", "d"), ("measured", "d"), ("started", "d"),
         ("unfinished", "d"), ("ave_bsld", ".2f"), ("wait_mean", ".0f"), ("wait_p50", ".0f"),
-        ("wait_p90", ".0f"), ("utilisation", ".3f"), ("devices_checked", "d"), ("devices_left", "d"),
-        ("with_energy", "d"), ("scrape_gaps", "d"), ("real_s", ".0f"))
+        ("wait_p90", ".0f"), ("utilisation", ".3f"), ("devices_checked", "d"), ("devices_with_policy", "d"),
+        ("devices_left", "d"), ("prologs_failed", "d"), ("with_energy", "d"), ("scrape_gaps", "d"),
+        ("real_s", ".0f"))
 
 
 def show(runs: dict[str, dict[str, Any]]) -> None:
@@ -314,7 +398,8 @@ def show(runs: dict[str, dict[str, Any]]) -> None:
         examples = r["audit"]["examples"] if r["audit"]["wrong"] or r["audit"]["missing_end"] else "-"
         print(f"  [{n}] retries {r['retries']}, bad states {r['bad_states']}, observer polls "
               f"{r['observer_polls']} ({r['observer_failed_polls']} unanswered), DBD queue at the end "
-              f"{r['dbd_queue_at_end']}, audit examples {examples}")
+              f"{r['dbd_queue_at_end']}, audit examples {examples}, completed jobs' run past their trace "
+              f"runtime (launch, with hooks the Prolog) {r.get('prolog_delay')}")
 
 
 def broken(runs: dict[str, dict[str, Any]], records: list[dict[str, Any]]) -> list[str]:
@@ -367,6 +452,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", type=Path, default=None, help="write the figures, seed and schedule there")
     p.add_argument("--monitor", action=argparse.BooleanOptionalAction, default=True,
                    help="the exporters and a Prometheus with the shipped rules: the alerts per fault [on]")
+    p.add_argument("--hooks", action=argparse.BooleanOptionalAction, default=True,
+                   help="keep the node agent's Prolog/Epilog on the replay clock: policies applied "
+                        "and restored, agent-fail possible; each job's body starts later by the "
+                        "Prolog's real time x speed [on]")
     p.add_argument("--energy-share", type=float, default=None,
                    help="share of the accelerator jobs that ask for --energy=efficiency [alibaba 0.3; 0]")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
@@ -392,10 +481,13 @@ def main(argv: list[str] | None = None) -> int:
             raise InputError(f"--trace {trace}: no such file")
         site = load_site(site_path)
         df = read_trace(trace)
+        if "agent-fail" in kinds and not a.hooks:
+            raise InputError("--faults: agent-fail needs the node agent's Prolog (--hooks)")
         window = pick_window(df, site, a.workload, start, hours, warmup)
         sel = select_for(df, window, site)
+        device_nodes = [n for g in site.node_groups if g.accelerators for n in g.nodes] or [PROBE_NODE]
         schedule = plan(kinds, hours * 3600, seed, site.all_nodes, SHORT_DURATIONS if short else DURATIONS,
-                        gap_s=300.0 if short else 900.0)
+                        gap_s=300.0 if short else 900.0, device_nodes=device_nodes)
     except InputError as e:
         print(e, file=sys.stderr)
         return 2
@@ -413,6 +505,7 @@ def main(argv: list[str] | None = None) -> int:
     base.mkdir(parents=True, exist_ok=True)
     os.chmod(base, 0o755)  # --users local: jobs of other users run in here
     model = train_model(df, window, base / "predict.lua", users=users) if arm.model else None
+    boot = soak_site(site, site_path, base / "soak-site.yaml") if a.hooks else None
     runs: dict[str, dict[str, Any]] = {}
     results: dict[str, ArmResult] = {}
     records: list[dict[str, Any]] = []
@@ -421,7 +514,7 @@ def main(argv: list[str] | None = None) -> int:
         "trace": trace.name, "site": str(site_path), "workload": a.workload,
         "window": {"start": window.start, "hours": hours, "warmup_hours": warmup, "drain_hours": drain},
         "jobs": len(sel.jobs), "speed": a.speed, "seed": seed, "short": short, "users": users,
-        "arm": arm.name,
+        "arm": arm.name, "hooks": a.hooks,
         "faults": {"kinds": kinds, "schedule": [f.to_json() for f in schedule], "records": records},
     }
     order = [("faulted", schedule)] if schedule else []
@@ -432,7 +525,7 @@ def main(argv: list[str] | None = None) -> int:
             t = time.monotonic()
             summ, recs, res = one_run(name, base, site, sel, window, arm, a.speed, model, faults, drain,
                                       users, say if not a.quiet else None, monitor=a.monitor,
-                                      energy_share=energy_share, seed=seed)
+                                      energy_share=energy_share, seed=seed, hooks=a.hooks, boot=boot)
             svg = (a.json.with_name(f"{a.json.stem}-{name}-timeline.svg") if a.json
                    else base / f"{name}-timeline.svg")
             svg.write_text(timeline_svg(summ["timeline"], f"soak {name}: seed {seed}, x{a.speed:g}"))

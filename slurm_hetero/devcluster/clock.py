@@ -57,10 +57,12 @@ def libfaketime() -> str:
 
 @dataclass(frozen=True)
 class ClockSpec:
-    """K times real speed, starting OFF seconds from the real time of the holder's start."""
+    """K times real speed, starting OFF seconds from the real time of the holder's start.
+    `hooks`: keep the node agent's Prolog and Epilog in slurm.conf (`accelerate_conf`)."""
 
     speed: float
     offset_s: int = 0
+    hooks: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "speed", float(self.speed))
@@ -86,8 +88,20 @@ class ClockSpec:
 
 
 def from_meta(c: Mapping[str, float] | None) -> ClockSpec | None:
-    """The clock a cluster.json records (None: real time)."""
-    return ClockSpec(float(c["speed"]), int(c.get("offset_s", 0))) if c else None
+    """The clock a cluster.json records (None: real time).
+
+    >>> from_meta({"speed": 50, "offset_s": 0, "hooks": 1}), from_meta(None)
+    (ClockSpec(speed=50.0, offset_s=0, hooks=True), None)
+    """
+    return ClockSpec(float(c["speed"]), int(c.get("offset_s", 0)), bool(c.get("hooks", 0))) if c else None
+
+
+def to_meta(spec: ClockSpec) -> dict[str, float]:
+    """What cluster.json records of a clock (`from_meta` reads it back)."""
+    out: dict[str, float] = {"speed": spec.speed, "offset_s": spec.offset_s}
+    if spec.hooks:
+        out["hooks"] = 1.0
+    return out
 
 
 def holder_argv(spec: ClockSpec, out: str, pidfile: str, python: str = sys.executable) -> list[str]:
@@ -124,34 +138,50 @@ def join_env(holder_env: Mapping[str, str], library: str) -> dict[str, str]:
 # them run K times faster; and they do nothing a replayed `sleep` needs.
 REMOVED_KEYS = ("Prolog", "Epilog", "PrologFlags", "HealthCheckProgram", "HealthCheckInterval",
                 "HealthCheckNodeState", "TaskProlog")
+# What a clock with `hooks` keeps: the node agent's Prolog/Epilog, so energy policies are
+# applied and restored (the soak). Each runs at real speed, so a job's body starts about the
+# Prolog's real time x K trace seconds after its allocation (PrologFlags=Alloc).
+HOOK_KEYS = ("Prolog", "Epilog", "PrologFlags")
 # Timeouts (faked seconds) scaled by K, so each lasts as long in real time as Slurm's
 # default does at x1: Slurm's work (a message, a launch) takes real time.
 SCALED_DEFAULTS = {"MessageTimeout": 10, "BatchStartTimeout": 10, "TCPTimeout": 2,
                    "SlurmdTimeout": 300, "SlurmctldTimeout": 120, "UnkillableStepTimeout": 60,
                    "JobAcctGatherFrequency": 30}
+# Scaled only where set (unset: slurmd waits for the Prolog/Epilog indefinitely); a kept hook
+# runs at real speed and must not be killed K times too early.
+SCALED_IF_SET = ("PrologEpilogTimeout",)
 _UINT16_MAX = 65533
 
 
 def accelerate_conf(text: str, spec: ClockSpec) -> str:
-    """slurm.conf for a cluster on `spec`'s clock: hooks removed, timeouts scaled.
+    """slurm.conf for a cluster on `spec`'s clock: hooks removed (with `spec.hooks`, all
+    but the Prolog and Epilog), timeouts scaled.
 
     >>> out = accelerate_conf("Prolog=/p\\nMessageTimeout=5\\nFoo=1\\n", ClockSpec(20))
     >>> [ln for ln in out.splitlines() if not ln.startswith("#")][:3]
     ['MessageTimeout=100', 'Foo=1', 'BatchStartTimeout=200']
+    >>> conf = "Prolog=/p\\nPrologFlags=Alloc\\nTaskProlog=/t\\nPrologEpilogTimeout=30\\n"
+    >>> out = accelerate_conf(conf, ClockSpec(20, hooks=True))
+    >>> [ln for ln in out.splitlines() if not ln.startswith("#")][:3]
+    ['Prolog=/p', 'PrologFlags=Alloc', 'PrologEpilogTimeout=600']
     """
+    removed = tuple(k for k in REMOVED_KEYS if not (spec.hooks and k in HOOK_KEYS))
     kept: list[str] = []
     seen: dict[str, int] = {}
     for line in text.splitlines():
         key = line.split("=", 1)[0].strip() if "=" in line and not line.lstrip().startswith("#") else ""
-        if key in REMOVED_KEYS:
+        if key in removed:
             continue
-        if key in SCALED_DEFAULTS:
-            value = re.sub(r"\D.*", "", line.split("=", 1)[1].strip()) or str(SCALED_DEFAULTS[key])
+        if key in SCALED_DEFAULTS or (key in SCALED_IF_SET and spec.hooks):
+            value = re.sub(r"\D.*", "", line.split("=", 1)[1].strip()) or str(SCALED_DEFAULTS.get(key, 0))
             seen[key] = int(value)
             line = f"{key}={min(spec.scaled(int(value)), _UINT16_MAX)}"
         kept.append(line)
-    kept.append(f"# Replay clock ({spec.faketime}): {', '.join(REMOVED_KEYS)} removed (they "
+    kept.append(f"# Replay clock ({spec.faketime}): {', '.join(removed)} removed (they "
                 "would run at real speed under accelerated timeouts);")
+    if spec.hooks:
+        kept.append("# the node agent's Prolog/Epilog kept: each delays a job by its real time x "
+                    f"{spec.speed:g} trace seconds;")
     kept.append("# these timeouts scaled so each lasts as long in real time as at x1:")
     for key, default in SCALED_DEFAULTS.items():
         if key not in seen:

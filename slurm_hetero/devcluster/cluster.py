@@ -332,9 +332,9 @@ class Cluster:
         `model`: an exported runtime model to compile into the bridge.
 
         For replay: `clock` runs every Slurm process on one accelerated clock
-        (`clock.py`; slurm.conf then has no Prolog/Epilog/HealthCheck/TaskProlog and its
-        timeouts scaled, and the NPU samplers are not started); `bridge=False` leaves the
-        bridge out (no job_submit.lua, no bridge daemon): Slurm as it comes.
+        (`clock.py`; slurm.conf then has no HealthCheck/TaskProlog, no Prolog/Epilog unless
+        `clock.hooks`, its timeouts scaled, and the NPU samplers are not started);
+        `bridge=False` leaves the bridge out (no job_submit.lua, no bridge daemon): Slurm as it comes.
 
         `configless` (implied by a configless site): slurmctld serves the configuration (the
         site gains SlurmctldParameters=enable_configless) and every slurmd fetches it
@@ -378,8 +378,9 @@ class Cluster:
                                   if is_sampled(g, self.fake_devices, site.node_agent.sample_stacks)
                                   for n in g.nodes]}
         if clock is not None:
-            # The samplers feed the node agent, which replay takes out with the Prolog.
-            meta["clock"] = {"speed": clock.speed, "offset_s": clock.offset_s}
+            # The samplers feed the node agent, which replay takes out with the Prolog (kept
+            # with `clock.hooks`, for the fake GPUs' policies: npu-smi nodes get no counters).
+            meta["clock"] = fakeclock.to_meta(clock)
             meta["sampled_nodes"] = []
         if not bridge:
             meta["bridge"] = False
@@ -548,6 +549,7 @@ class Cluster:
         cluster exporter, on free loopback ports; `monitor/prometheus.yml` (with its rules)
         scrapes them. Returns {node or "cluster": port}; `down` stops them. On a replay clock
         the exporters run on it: their seconds are the clock's."""
+        from slurm_hetero.monitor.cluster import ACCOUNTING_TIMEOUT_S
         from slurm_hetero.monitor.render import PrometheusSettings, render_prometheus
 
         meta = self.info()
@@ -555,12 +557,16 @@ class Cluster:
         ports = dict(zip([*nodes, "cluster"], procs.free_ports(len(nodes) + 1), strict=True))
         arch = {n: g.architecture for g in site.node_groups for n in g.nodes}
         py = [sys.executable, "-m", "slurm_hetero.monitor"]
+        # The exporters' timeouts run on the clock too: slurmdbd gets its 10 s in real time
+        # (at x50, 0.2 real s made a busy slurmdbd look down and fired HeteroAccountingDown).
+        speed = float(meta.get("clock", {}).get("speed", 1.0))
         for name, port in ports.items():
             common = ["--port", str(port), "--listen", "127.0.0.1",
                       "--pidfile", str(self.run / f"exporter-{name}.pid")]
             argv = ([*py, "cluster-exporter", "--site", str(site.path), "--snapshot",
                      str(self.state / "hetero-snapshot.lua"), "--every", f"{cluster_every:g}",
-                     "--sacct-every", f"{sacct_every:g}", "--fast-every", f"{fast_every:g}", *common]
+                     "--sacct-every", f"{sacct_every:g}", "--fast-every", f"{fast_every:g}",
+                     "--accounting-timeout", f"{min(3600.0, ACCOUNTING_TIMEOUT_S * speed):g}", *common]
                     if name == "cluster" else
                     [*py, "node-exporter", "--node", name, "--every", f"{every:g}", "--tier", f"{tier_s:g}",
                      "--arch", arch.get(name, "x86_64"), *common])

@@ -18,6 +18,14 @@ checked against its command line before a signal):
 - clock-skew: one node's slurmd restarted with its own FAKETIME offset on the shared
   libfaketime clock (same speed, `skew_s` apart: slurmctld records the node's SlurmdStartTime
   that far off), then restarted on the cluster's clock.
+- agent-fail (a cluster with the node agent's hooks, `DevReplayCluster(hooks=True)`): a
+  root-owned switch file beside one node's fake devices (energy/fake.py FAIL_SWITCH) makes a
+  policy write fail once a Prolog has changed one of a job's devices; a probe job asking two of
+  that node's devices and `--energy=efficiency` then meets it (the agent logs the Prolog's ERROR,
+  one device left changed). Undone: the switch removed; by then the probe's Epilog has put
+  every device its Prolog changed back (its owner records name them: `_restore_owned`; the
+  health check does not run on a replay clock), and a second probe shows the policy applied
+  whole and restored again. The probes are not trace jobs (the audit counts them as strays).
 """
 
 from __future__ import annotations
@@ -45,6 +53,7 @@ from slurm_hetero.devcluster import procs
 from slurm_hetero.devcluster.clock import ClockSpec
 from slurm_hetero.devcluster.cluster import Cluster, bridge_every
 from slurm_hetero.devcluster.replay import DevReplayCluster
+from slurm_hetero.energy.fake import FAIL_SWITCH
 from slurm_hetero.errors import RuntimeFailure
 from slurm_hetero.replay.clockmap import ClockMap, calibrate
 from slurm_hetero.replay.faults import Fault, alert_spans, dbd_queue, scrape_gaps
@@ -225,7 +234,7 @@ class Injector:
 
     def _holds(self, f: Fault, ev: dict[str, Any]) -> bool:
         """Did it happen, and is it over? (what the test and the JSON report rely on)"""
-        if f.kind != "bridge-stop" and f.kind != "state-readonly" and ev.get("on_clock") is not True:
+        if f.kind not in ("bridge-stop", "state-readonly", "agent-fail") and ev.get("on_clock") is not True:
             return False  # a daemon started again off the cluster's clock
         if f.kind == "bridge-kill":
             return bool(ev.get("pid_after")) and ev["pid_after"] != ev.get("pid_before")
@@ -243,6 +252,11 @@ class Injector:
             return (ev.get("write_error") == "EROFS" and ev.get("write_error_after") == ""
                     and ev.get("still_mounted") is False
                     and ev.get("heartbeat_back_real_s") is not None)
+        if f.kind == "agent-fail":
+            return (bool(ev.get("agent_error")) and (ev.get("changed_midway") or 0) >= 1
+                    and ev.get("switch_removed") is True and ev.get("left_after") == 0
+                    and ev.get("probe_state") == "COMPLETED" and (ev.get("applied_after") or 0) >= 2
+                    and ev.get("probe_after_state") == "COMPLETED")
         if f.kind == "clock-skew":
             skewed, plain = ev.get("node_clock_offset_s"), ev.get("node_clock_offset_after_s")
             return (ev.get("skewed_env") is True and isinstance(skewed, int | float)
@@ -470,14 +484,113 @@ class Injector:
 
         return undo
 
+    def _agent_fail(self, f: Fault, ev: dict[str, Any]) -> Undo | None:
+        folder = self.c.dev / f.node
+        try:
+            devs = json.loads((folder / "fake-devices.json").read_text())["devices"]
+        except (OSError, ValueError, KeyError) as e:
+            raise RuntimeFailure(f"agent-fail: {f.node} has no fake devices ({e})") from e
+        if len(devs) < 2:
+            raise RuntimeFailure(f"agent-fail: {f.node} has {len(devs)} device: nothing fails midway")
+        switch = folder / FAIL_SWITCH
+        fd = os.open(switch, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+        with os.fdopen(fd, "w") as out:
+            out.write("the soak's agent-fail: a policy write fails after a job's first device\n")
+        ev["switch"] = str(switch)
+        gres = f"{devs[0]['kind']}:2"  # two: the second is where it fails; few, so it starts soon
+        log = self.c.agent_dir / "agent.log"
+        try:
+            jid = self._probe(f.node, gres, max(120, int(0.8 * f.for_s)))
+        except RuntimeFailure:
+            switch.unlink(missing_ok=True)  # no undo is registered for a fault that never began
+            raise
+        ev["probe"] = jid
+        line = self._agent_line(log, re.compile(rf"ERROR prolog job {jid} on {re.escape(f.node)} failed: .*"))
+        ev["agent_error"] = line[-200:] if line else None
+        # What the Prolog left changed while the probe runs: the job's first device only.
+        ev["changed_midway"] = sum(1 for d in self._fake(f.node) if _non_default(d))
+
+        def undo() -> None:
+            switch.unlink(missing_ok=True)
+            ev["switch_removed"] = not switch.exists()
+            ev["probe_state"] = self._ended(jid)
+            ev["left_after"] = devices_left(self.c, [f.node])["left"]  # other jobs' policies may stay
+            # The agent works again: a second probe gets the whole policy, restored at its end.
+            again = self._probe(f.node, gres)
+            ok = self._agent_line(log, re.compile(rf"prolog job {again} on {re.escape(f.node)}: policy \S+, "
+                                                  r"(\d+) devices"))
+            m = re.search(r"(\d+) devices", ok or "")
+            ev["applied_after"] = int(m.group(1)) if m else 0
+            ev["probe_after"], ev["probe_after_state"] = again, self._ended(again)
+            ev["left_after"] += devices_left(self.c, [f.node])["left"]
+
+        return undo
+
+    def _fake(self, node: str) -> list[dict[str, Any]]:
+        try:
+            data: Any = json.loads((self.c.dev / node / "fake-devices.json").read_text())
+        except (OSError, ValueError):
+            return []
+        return list(data.get("devices", [])) if isinstance(data, dict) else []
+
+    def _probe(self, node: str, gres: str, sleep_s: int = 120) -> str:
+        """A job asking `gres` on `node` with `--energy=efficiency` (in the node's partition),
+        `sleep_s` trace seconds long: its id. Root's, outside the trace."""
+        part = self._node(node).get("Partitions", "").split(",")[0]
+        argv = ["sbatch", "--parsable", "-J", "soak-agent-probe", "-w", node, f"--gres={gres}",
+                "--energy=efficiency", "-n", "1", "-t", "10", "-o", "/dev/null",
+                *(["-p", part] if part else []), "--wrap", f"sleep {int(sleep_s)}"]
+        r = self.c.runner.run(argv, check=False, timeout=60)
+        jid = r.stdout.strip().split(";")[0]
+        if r.returncode != 0 or not jid.isdigit():
+            raise RuntimeFailure(f"agent-fail: the probe job was refused: {r.stderr.strip()[-300:]}")
+        return jid
+
+    def _agent_line(self, log: Path, pattern: re.Pattern[str], timeout: float = 90.0) -> str | None:
+        """The agent log's first line matching `pattern`, waited for (real seconds)."""
+        got: list[str] = []
+
+        def seen() -> bool:
+            try:
+                text = log.read_text(errors="replace")
+            except OSError:
+                return False
+            m = pattern.search(text)
+            if m:
+                got.append(m.group(0))
+            return m is not None
+
+        procs.wait_until(seen, timeout, 0.3)
+        return got[0] if got else None
+
+    def _ended(self, jid: str, timeout: float = 90.0) -> str:
+        """The job's final state once slurmctld shows one, or accounting once slurmctld has
+        forgotten the job (MinJobAge passes in a few real seconds at x50); waited for, real s."""
+        state: list[str] = [""]
+
+        def final() -> bool:
+            r = self.c.runner.run(["scontrol", "show", "job", jid], check=False, timeout=20)
+            state[0] = parse_kv_record(r.stdout).get("JobState", "") if r.returncode == 0 else ""
+            if r.returncode != 0:
+                r = self.c.runner.run(["sacct", "-j", jid, "-X", "-n", "-P", "-o", "State"], check=False,
+                                      timeout=20)
+                state[0] = r.stdout.split()[0] if r.returncode == 0 and r.stdout.split() else ""
+            return state[0] in ("COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL")
+
+        procs.wait_until(final, timeout, 0.5)
+        return state[0]
+
 
 class SoakCluster(DevReplayCluster):
     """The dev cluster as replay's cluster, with a soak's injector: `down` first stops the
     injector and undoes a fault in progress (a stopped daemon continued, a mount taken away),
-    then stops the cluster."""
+    then stops the cluster. `hooks`: the node agent's Prolog/Epilog kept; `boot_site`: the
+    site booted instead of the replay's (the same with a probe node: the soak's `soak_site`)."""
 
-    def __init__(self, workdir: Path, timeout: float = 180.0, watch: Path | None = None) -> None:
-        super().__init__(workdir, timeout)
+    def __init__(self, workdir: Path, timeout: float = 180.0, watch: Path | None = None,
+                 hooks: bool = False, boot_site: Site | None = None) -> None:
+        super().__init__(workdir, timeout, hooks=hooks)
+        self.boot_site = boot_site
         self.injector: Injector | None = None
         self.monitoring: Monitoring | None = None
         self.watch = watch  # a site file: `up` starts the exporters and Prometheus (`monitor`)
@@ -486,7 +599,7 @@ class SoakCluster(DevReplayCluster):
     def up(self, site: Site, *, speed: float, bridge: bool, model: Path | None) -> float:
         """The cluster, then (with `watch`) the monitoring, before the replay's clock map and
         its t0 are taken: the soak sets `monitoring.t0` once it knows it."""
-        boot = super().up(site, speed=speed, bridge=bridge, model=model)
+        boot = super().up(self.boot_site or site, speed=speed, bridge=bridge, model=model)
         if self.watch is not None:
             t = time.monotonic()
             try:
@@ -516,6 +629,8 @@ class SoakCluster(DevReplayCluster):
         if mounted(self.cluster.state):  # never leave a read-only bind behind
             with contextlib.suppress(RuntimeFailure):
                 writable(self.cluster.state)
+        for switch in self.cluster.dev.glob(f"*/{FAIL_SWITCH}"):  # nor a failing device
+            switch.unlink(missing_ok=True)
         super().down()
 
 
@@ -535,14 +650,14 @@ def _non_default(d: dict[str, Any]) -> bool:
             or d.get("clock_level", "default") != "default" or d.get("npu_mode", "normal") != "normal")
 
 
-def devices_left(c: Cluster) -> dict[str, Any]:
+def devices_left(c: Cluster, nodes: list[str] | None = None) -> dict[str, Any]:
     """Every node's fake devices (energy/fake.py) whose power/clock state is not the default
     while no job holds them (the node agent applies a job's policy at its prolog and restores
     it at its epilog): `left` must be 0. Held: what `scontrol show job -d` says each running
     job on the node holds; a job whose record cannot be read holds every device of its node
-    (nothing is counted against it)."""
+    (nothing is counted against it). `nodes`: those only (default: every node)."""
     out: dict[str, Any] = {"devices": 0, "non_default": 0, "left": 0, "examples": []}
-    for node in c.info().get("nodes", []):
+    for node in c.info().get("nodes", []) if nodes is None else nodes:
         path = c.dev / node / "fake-devices.json"
         try:
             devs = json.loads(path.read_text())["devices"]
@@ -580,6 +695,24 @@ def devices_left(c: Cluster) -> dict[str, Any]:
     return out
 
 
+_PROLOG_DONE = re.compile(r" INFO prolog job (\d+) on (\S+): policy (\S+), (\d+) devices")
+_PROLOG_FAILED = re.compile(r" ERROR prolog job (\d+) on (\S+) failed: ")
+
+
+def agent_figures(log_text: str) -> dict[str, int]:
+    """From the node agent's log: Prologs that applied a policy, the devices they applied it
+    to, and Prologs that failed (ERROR).
+
+    >>> agent_figures("2026-12-06 15:00:00,1 INFO prolog job 7 on n1: policy efficiency, 2 devices, 3 ms\\n"
+    ...               "2026-12-06 15:00:01,1 INFO prolog job 8 on n1: policy None, 0 devices, 2 ms\\n"
+    ...               "2026-12-06 15:00:02,1 ERROR prolog job 9 on n1 failed: [Errno 5] fake\\n")
+    {'prologs_with_policy': 1, 'devices_with_policy': 2, 'prologs_failed': 1}
+    """
+    done = [m for m in _PROLOG_DONE.finditer(log_text) if m.group(3) != "None"]
+    return {"prologs_with_policy": len(done), "devices_with_policy": sum(int(m.group(4)) for m in done),
+            "prologs_failed": len(_PROLOG_FAILED.findall(log_text))}
+
+
 # ---- exporters and Prometheus -----------------------------------------------------------------
 CLOCK_ENV = ("LD_PRELOAD", "FAKETIME", "FAKETIME_SHARED", "FAKETIME_DONT_RESET")
 
@@ -605,7 +738,9 @@ def soak_settings(speed: float, node_targets: list[str], cluster_targets: list[s
     return PrometheusSettings(
         node_targets=node_targets, cluster_targets=cluster_targets, node_scrape_s=1, cluster_scrape_s=1,
         cluster_every_s=60, fast_rules_s=1, slow_rules_s=2, alert_for_s=real(60), heartbeat_lost_s=stale_s,
-        snapshot_stale_s=stale_s, stuck_for_s=real(900), agent_errors_window_s=real(600),
+        # agent errors: 5 trace minutes (not 10), so the alert of agent-fail clears before the
+        # next fault may begin (300 trace s after its end, the short soak's gap).
+        snapshot_stale_s=stale_s, stuck_for_s=real(900), agent_errors_window_s=real(300),
         starving_for_s=real(600), wait_window_s=real(3600), wait_for_s=real(900), fragmented_for_s=real(1800))
 
 
@@ -645,7 +780,7 @@ class Monitoring:
         speed = self.clock.speed
         stale = int(self.c.profile(self.c.info()).snapshot_stale_s)
         # A node exporter reads (and keeps its counters in) the node agent's folder of its node,
-        # which the agent makes at its first prolog: none runs on a replay clock.
+        # which the agent makes at its first prolog (none runs on a replay clock without hooks).
         for node in self.c.info().get("nodes", []):
             (self.c.agent_dir / node).mkdir(mode=0o755, parents=True, exist_ok=True)
         # The exporters' seconds are the clock's: a device sample once a real second, the

@@ -16,9 +16,13 @@ MARK = ".slurm-hetero-replay"  # a workdir replay made (and may empty again)
 
 
 class DevReplayCluster:
-    def __init__(self, workdir: Path, timeout: float = 180.0) -> None:
+    """`hooks`: keep the node agent's Prolog/Epilog on the replay clock (`clock.accelerate_conf`);
+    off for replays (a job's start would move by the Prolog's real time x speed), on for the soak."""
+
+    def __init__(self, workdir: Path, timeout: float = 180.0, hooks: bool = False) -> None:
         self._workdir = Path(workdir).absolute()
         self.timeout = timeout
+        self.hooks = hooks
         self.cluster = Cluster(self._workdir)
 
     @property
@@ -45,7 +49,7 @@ class DevReplayCluster:
     def up(self, site: Site, *, speed: float, bridge: bool, model: Path | None) -> float:
         self._fresh()
         return self.cluster.up(site, timeout=self.timeout, log=lambda *_: None, model=model,
-                               clock=ClockSpec(speed), bridge=bridge)
+                               clock=ClockSpec(speed, hooks=self.hooks), bridge=bridge)
 
     def down(self) -> None:
         self.cluster.down(log=lambda *_: None)

@@ -11,13 +11,21 @@ says otherwise) and MIG mode off. The dev cluster's device files are all copies 
 /dev/null, so the fake reads a file's identity from its name instead: the number at its
 end is the minor (`nvidia3`, `davinci3`: 3; DRM render nodes count from 128, as the
 kernel's do: `renderD131`: 3).
+
+A fault for the soak (devcluster/faults.py `agent-fail`): while a root-owned regular file
+FAIL_SWITCH lies beside the state file, a backend fails partway through a policy: once it
+has changed one device, a policy write to another raises OSError, as a driver that stops
+answering would (the agent's Prolog then stops midway). Restores (`reset`) never fail.
 """
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
+import os
 import re
+import stat
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -26,12 +34,15 @@ from typing import Any
 from slurm_hetero.energy.devices import ControlUnsupported, DeviceInfo, Reading
 from slurm_hetero.fileio import write_json_atomic
 
+FAIL_SWITCH = "fail-policy-writes"
+
 
 class FakeDevices:
     name = "fake"
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
+        self._changed: set[int] = set()  # devices this instance (one Prolog) wrote a policy to
 
     # ---- state file ---------------------------------------------------------------------
     @staticmethod
@@ -96,13 +107,30 @@ class FakeDevices:
         d = self._load()["devices"][index]
         return float(d["load"]) if d.get("counter", True) else None
 
+    def failing(self) -> bool:
+        """Is the fault switch on? Only a root-owned regular file counts (lstat: no link), so
+        only root, as the soak is, can make the fake fail."""
+        try:
+            st = os.lstat(self.path.with_name(FAIL_SWITCH))
+        except OSError:
+            return False
+        return stat.S_ISREG(st.st_mode) and st.st_uid == 0
+
+    def _policy_write(self, index: int) -> None:
+        if self._changed and index not in self._changed and self.failing():
+            raise OSError(errno.EIO, f"fake device {index}: write failed ({FAIL_SWITCH} is on)")
+        self._changed.add(index)
+
     def set_power_limit(self, index: int, watts: float) -> None:
+        self._policy_write(index)
         self._update(index, limit_w=watts)
 
     def set_gpu_clock_level(self, index: int, level: str) -> None:
+        self._policy_write(index)
         self._update(index, clock_level=level)
 
     def set_npu_power_mode(self, index: int, mode: str) -> None:
+        self._policy_write(index)
         self._update(index, npu_mode=mode)
 
     def reset(self, index: int) -> None:

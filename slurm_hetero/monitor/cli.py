@@ -127,11 +127,14 @@ def node_exporter(node_name: str | None, port: int, listen: str, web_config_file
                    "(one sinfo; 0: once a round).")
 @click.option("--sacct-every", type=click.FloatRange(min=0, max=86400), default=600.0, show_default=True,
               help="Seconds between sacct reads of finished jobs' energy per policy (0: off).")
+@click.option("--accounting-timeout", type=click.FloatRange(min=0.1, max=3600), default=10.0,
+              show_default=True,
+              help="Seconds slurmdbd has to answer the accounting check before it counts as down.")
 @click.option("--pidfile", type=click.Path(path_type=Path), default=None)
 @reports_errors
 def cluster_exporter(site_path: Path, snapshot: Path | None, port: int, listen: str,
                      web_config_file: Path | None, every: float, fast_every: float, sacct_every: float,
-                     pidfile: Path | None) -> None:
+                     accounting_timeout: float, pidfile: Path | None) -> None:
     """Queue, pools, bridge decisions and heartbeat for Prometheus (until SIGTERM)."""
     from slurm_hetero.conf.render import Profile
     from slurm_hetero.monitor.cluster import ClusterExporter, serve_cluster
@@ -141,7 +144,8 @@ def cluster_exporter(site_path: Path, snapshot: Path | None, port: int, listen: 
     endpoint = _endpoint(listen, web_config_file)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     exporter = ClusterExporter(load_site(site_path), Runner(), snapshot or Path(Profile().snapshot_path),
-                               every=every, sacct_every=sacct_every, fast_every=fast_every)
+                               every=every, sacct_every=sacct_every, fast_every=fast_every,
+                               accounting_timeout=accounting_timeout)
     _serve(serve_cluster, exporter, port, endpoint, "cluster exporter", pidfile)
 
 

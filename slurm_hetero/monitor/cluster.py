@@ -462,8 +462,11 @@ def snapshot_generated_at(path: Path) -> float | None:
 class ClusterExporter:
     def __init__(self, site: Site, runner: Runner, snapshot: Path | None, every: float = 60.0,
                  sacct_every: float = 0.0, window: int = 500, sacct_delay_s: float = 120.0,
-                 clock: Callable[[], float] = time.time, fast_every: float = FAST_EVERY_S):
+                 clock: Callable[[], float] = time.time, fast_every: float = FAST_EVERY_S,
+                 accounting_timeout: float = ACCOUNTING_TIMEOUT_S):
         self.view = SiteView.of(site)
+        # The exporter's own seconds: on a replay clock K times faster, the caller passes K x 10.
+        self.accounting_timeout = accounting_timeout
         self.runner, self.snapshot, self.every = runner, snapshot, every
         self.fast_every = fast_every  # 0, or not below `every`: free devices once a round
         self.sacct_every, self.sacct_delay_s, self.clock = sacct_every, sacct_delay_s, clock
@@ -529,7 +532,7 @@ class ClusterExporter:
         MaxDBDMsgs, then drops it) and sacct answers nothing new. Its own call, apart from
         the round: a slurmctld that does not answer says nothing about slurmdbd."""
         try:  # a cheap question: a slurmdbd that hangs (stopped, not gone) must not hold the round
-            self._out(sacctmgr_ping_argv(), timeout=ACCOUNTING_TIMEOUT_S)
+            self._out(sacctmgr_ping_argv(), timeout=self.accounting_timeout)
         except RuntimeFailure as e:
             if self.accounting_up is not False:  # once per outage, not once a round
                 log.warning("accounting (slurmdbd) does not answer: %s", e)

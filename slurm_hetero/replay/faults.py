@@ -44,15 +44,20 @@ KINDS: dict[str, str] = {
     "slurmd-kill": "one node's slurmd SIGKILLed, started again later (the node returns)",
     "state-readonly": "StateSaveLocation (the snapshot's folder) read-only (a bind mount), then writable",
     "clock-skew": "one node's slurmd restarted with its clock behind the cluster's, later restarted on it",
+    "agent-fail": "one node's devices fail partway through a policy: the node agent's Prolog stops midway "
+                  "(the fake backend's switch file), then they answer again",
 }
-# How long each lasts (trace seconds): a day's soak, and the short one (2 trace hours).
+# How long each lasts (trace seconds): a day's soak, and the short one (2 trace hours; clock-skew
+# 10 minutes there, not 15, so that all nine fit with 300 s between two).
 DURATIONS: dict[str, float] = {
     "bridge-kill": 0, "bridge-stop": 3600, "slurmctld-restart": 0, "slurmctld-kill": 600,
     "slurmdbd-stop": 3600, "slurmd-kill": 1800, "state-readonly": 1800, "clock-skew": 3600,
+    "agent-fail": 1800,
 }
 SHORT_DURATIONS: dict[str, float] = {
     "bridge-kill": 0, "bridge-stop": 900, "slurmctld-restart": 0, "slurmctld-kill": 300,
-    "slurmdbd-stop": 600, "slurmd-kill": 600, "state-readonly": 600, "clock-skew": 900,
+    "slurmdbd-stop": 600, "slurmd-kill": 600, "state-readonly": 600, "clock-skew": 600,
+    "agent-fail": 300,
 }
 SHORT_KINDS = ("bridge-stop", "slurmctld-restart", "slurmdbd-stop")
 # Faults that stop submissions (sbatch fails while they last): the submitter waits them out.
@@ -68,7 +73,7 @@ class Fault:
     kind: str
     at_s: float  # trace seconds after the window's start
     for_s: float = 0.0  # how long it lasts (trace seconds)
-    node: str = ""  # slurmd-kill and clock-skew: whose slurmd
+    node: str = ""  # slurmd-kill and clock-skew: whose slurmd; agent-fail: whose devices
     skew_s: int = 0  # clock-skew: the node's clock minus the cluster's (trace seconds)
 
     @property
@@ -88,7 +93,7 @@ def parse_kinds(text: str, short: bool = False) -> list[str]:
     >>> parse_kinds("default", short=True)
     ['bridge-stop', 'slurmctld-restart', 'slurmdbd-stop']
     >>> parse_kinds("none"), len(parse_kinds("all"))
-    ([], 8)
+    ([], 9)
     """
     t = text.strip()
     if t == "none":
@@ -107,11 +112,12 @@ def parse_kinds(text: str, short: bool = False) -> list[str]:
 
 def plan(kinds: Sequence[str], span_s: float, seed: int, nodes: Sequence[str],
          durations: Mapping[str, float] | None = None, gap_s: float = 900.0,
-         edge: float = 0.05) -> list[Fault]:
+         edge: float = 0.05, device_nodes: Sequence[str] | None = None) -> list[Fault]:
     """The seeded schedule: `kinds` in a seeded order, each lasting its duration, spread
     over [edge, 1 - edge] of the window's `span_s` trace seconds with seeded gaps of at
     least `gap_s` between one's end and the next's start (time to recover). The node of a
-    slurmd fault and the skew are seeded too. Same arguments, same schedule.
+    slurmd fault and the skew are seeded too, and agent-fail's node among `device_nodes`
+    (nodes with devices a policy changes; default `nodes`). Same arguments, same schedule.
 
     >>> fs = plan(["bridge-stop", "slurmctld-restart", "slurmdbd-stop"], 7200, 36, ["n1", "n2"],
     ...           SHORT_DURATIONS, gap_s=300)
@@ -147,6 +153,8 @@ def plan(kinds: Sequence[str], span_s: float, seed: int, nodes: Sequence[str],
         t += cut - prev_cut
         prev_cut = cut
         node = rng.choice(list(nodes)) if kind in ("slurmd-kill", "clock-skew") and nodes else ""
+        if kind == "agent-fail":
+            node = rng.choice(list(nodes if device_nodes is None else device_nodes) or [""])
         skew = -rng.randint(*SKEW_RANGE_S) if kind == "clock-skew" else 0
         f = Fault(kind, round(t, 1), float(durations[kind]), node, skew)
         out.append(f)
@@ -504,6 +512,8 @@ ALERT_FOR: dict[str, str | None] = {
     "slurmctld-restart": None,
     # slurmdbd stopped: the cluster exporter's sacctmgr check gets no answer.
     "slurmdbd-stop": "HeteroAccountingDown",
+    # The Prolog that stops midway logs an ERROR line: the node exporter counts it.
+    "agent-fail": "HeteroNodeAgentErrors",
     "slurmd-kill": None,
     "clock-skew": None,
 }

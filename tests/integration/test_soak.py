@@ -7,8 +7,10 @@ pids, a closed port). The exporters and a Prometheus with the shipped rules run 
 alert meant for each fault (replay/faults.py ALERT_FOR) fired and cleared, or none is meant;
 the timeline (faults, alerts, queue) is drawn.
 
-Devices left with a job's policy are not checked here: the KTH site has no accelerators, and a
-replay cluster runs no Prolog/Epilog (the node agent applies no policy there)."""
+The cluster keeps the node agent's Prolog/Epilog (`--hooks`): every job's body starts after
+its Prolog. The KTH site has no accelerators: the soak boots a probe node with two fake
+GPUs beside it, which no trace job asks for, so the devices check reads them (none left with a
+policy); `--short --faults all` (agent-fail) is where policies are applied to them."""
 
 from __future__ import annotations
 
@@ -79,7 +81,17 @@ def test_alerts_meant_for_the_faults_fired_and_cleared(soak: tuple[int, dict[str
     dbd = got["slurmdbd-stop"]
     assert dbd["meant"] == "HeteroAccountingDown" and dbd["fired"] and dbd["cleared"], dbd
     assert got["slurmctld-restart"]["meant"] is None and got["slurmctld-restart"]["why_none"]
-    assert run["monitoring"]["targets"] == 5  # 4 node exporters and the cluster's
+    assert run["monitoring"]["targets"] == 6  # 4 node exporters, the probe node's and the cluster's
+
+
+def test_the_agents_hooks_ran_and_left_no_device_changed(soak: tuple[int, dict[str, Any]]) -> None:
+    _, doc = soak
+    run = doc["runs"]["faulted"]
+    # The Prolog runs at real speed: each body starts its real time x 50 after the allocation
+    # (about 10 trace s here; launch latency alone is about 1 s).
+    assert run["hooks"] and run["prolog_delay"]["jobs"] >= 40 and run["prolog_delay"]["median_s"] >= 2, \
+        run["prolog_delay"]
+    assert run["devices_checked"] == 2 and run["devices_left"] == 0 and run["prologs_failed"] == 0
 
 
 def test_the_timeline_has_the_faults_alerts_and_queue(soak: tuple[int, dict[str, Any]]) -> None:

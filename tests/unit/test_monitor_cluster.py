@@ -273,3 +273,7 @@ def test_accounting_check_says_whether_slurmdbd_answers_apart_from_the_round(sit
     assert up.round().t == 1060.0 and away.argvs[0] == sacctmgr_ping_argv()
     # asked with a short timeout of its own, not the round's: a hung slurmdbd holds no round long
     assert away.ping_timeout == ACCOUNTING_TIMEOUT_S < up.every
+    # On a replay clock K times faster the caller gives it K x the time (the soak: x50).
+    dbd = AccountingAway()
+    slow = ClusterExporter(site, dbd, None, clock=lambda: t[0], accounting_timeout=500.0)
+    assert not slow.check_accounting() and dbd.ping_timeout == 500.0

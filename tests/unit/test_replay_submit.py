@@ -16,8 +16,10 @@ from slurm_hetero.devcluster.clock import (
     REMOVED_KEYS,
     ClockSpec,
     accelerate_conf,
+    from_meta,
     join_env,
     remove_stale_segments,
+    to_meta,
 )
 from slurm_hetero.devcluster.cluster import without_bridge
 from slurm_hetero.errors import InputError, RuntimeFailure
@@ -149,6 +151,21 @@ def test_accelerated_slurm_conf_drops_the_hooks_and_scales_timeouts() -> None:
     assert "JobSubmitPlugins" not in {ln.split("=")[0] for ln in without_bridge(conf).splitlines()}
     with pytest.raises(InputError, match="--speed"):
         ClockSpec(0.5)
+
+
+def test_a_clock_with_hooks_keeps_the_agents_prolog_and_epilog_only() -> None:
+    conf = ("Prolog=/p\nEpilog=/e\nPrologFlags=Alloc\nHealthCheckProgram=/h\nHealthCheckInterval=20\n"
+            "TaskProlog=/t\nPrologEpilogTimeout=60\n")
+    keys = [ln.split("=", 1) for ln in accelerate_conf(conf, ClockSpec(50, hooks=True)).splitlines()
+            if "=" in ln and ln[0] != "#"]
+    kept = dict(keys)
+    assert (kept["Prolog"], kept["Epilog"], kept["PrologFlags"]) == ("/p", "/e", "Alloc")
+    assert not {"HealthCheckProgram", "HealthCheckInterval", "TaskProlog"} & set(kept)
+    assert kept["PrologEpilogTimeout"] == "3000"  # lasts as long in real time: the hooks run at real speed
+    plain = accelerate_conf(conf, ClockSpec(50))
+    assert "Prolog=/p" not in plain.splitlines() and "PrologEpilogTimeout=60" in plain.splitlines()
+    assert from_meta(to_meta(ClockSpec(50, hooks=True))) == ClockSpec(50, hooks=True)
+    assert to_meta(ClockSpec(50)) == {"speed": 50.0, "offset_s": 0}  # a plain replay's cluster.json as before
 
 
 def test_join_env_needs_the_holders_shared_clock() -> None:

@@ -39,6 +39,7 @@ def test_every_fault_has_a_shipped_alert_or_says_why_none() -> None:
     assert ALERT_FOR["bridge-stop"] == "HeteroBridgeHeartbeatLost"
     assert ALERT_FOR["state-readonly"] == "HeteroSnapshotStale"
     assert ALERT_FOR["slurmdbd-stop"] == "HeteroAccountingDown" and ALERT_FOR["clock-skew"] is None
+    assert ALERT_FOR["agent-fail"] == "HeteroNodeAgentErrors"
 
 
 def test_spans_end_at_gaps_and_at_the_range_end() -> None:

@@ -1,24 +1,42 @@
 """The soak's pieces that need no cluster: the submitter that waits out a controller outage
 (against a fake Slurm that is down for a while), the observer's bookkeeping, the schedule's
-seeding and the audit's verdicts."""
+seeding and the audit's verdicts; agent-fail's switch in the fake backend and the devices
+check on a crafted fake-device state."""
 
 from __future__ import annotations
 
 import itertools
+import json
+import os
 import subprocess
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from slurm_hetero.devcluster.faults import devices_left
+from slurm_hetero.energy import agent
+from slurm_hetero.energy.fake import FAIL_SWITCH, FakeDevices
+from slurm_hetero.energy.state import AgentConfig
 from slurm_hetero.errors import InputError
 from slurm_hetero.replay.clockmap import ClockMap
-from slurm_hetero.replay.faults import KINDS, Observer, PatientSubmitter, Seen, audit, parse_kinds, plan
+from slurm_hetero.replay.faults import (
+    KINDS,
+    SHORT_DURATIONS,
+    Observer,
+    PatientSubmitter,
+    Seen,
+    audit,
+    parse_kinds,
+    plan,
+)
 from slurm_hetero.replay.sacct import JobRecord
 from slurm_hetero.replay.submit import Request
 from slurm_hetero.replay.window import ReplayJob
+from slurm_hetero.site.policies import DEFAULT_POLICIES, AutoRule
 from slurm_hetero.slurm.runner import Runner
 
 DOWN = "sbatch: error: Batch job submission failed: Unable to contact slurm controller (connect failure)"
@@ -120,3 +138,111 @@ def test_the_audit_tells_lost_missing_and_wrong_records() -> None:
                                      "3": rec("3", "COMPLETED"), "5": rec("5", "RUNNING")}, seen, set())
     assert a.lost == [] and a.missing_end == ["5"]  # accounting runs it, slurmctld no longer holds it
     assert [(w["job_id"], w["field"]) for w in a.wrong] == [("2", "state"), ("3", "nodes")]
+
+
+# ---- agent-fail: the fake backend's switch, the agent's Prolog midway, the devices check ------
+def agent_on_fake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[AgentConfig, FakeDevices]:
+    """The node agent on one node `g01` of 4 fake GPUs; every job asks for efficiency on 0 and 1."""
+    path = tmp_path / "dev" / "g01" / "fake-devices.json"
+    path.parent.mkdir(parents=True)
+    FakeDevices.create(path, "gpu", 4, "a100-80gb", default_w=400)
+    (tmp_path / "gres.conf").write_text("NodeName=g01 Name=gpu File=/dev/nvidia[0-3]\n")
+    cfg = AgentConfig(state_dir=tmp_path / "agent", history=tmp_path / "agent" / "history.jsonl",
+                      groups=[{"nodes": "g01", "devices": f"fake:{path}"}],
+                      policies={p.name: p for p in DEFAULT_POLICIES}, auto=AutoRule(),
+                      gres_conf=tmp_path / "gres.conf")
+    comment = json.dumps({"hetero": 1, "energy": "efficiency"})
+    monkeypatch.setattr(agent, "job_view",
+                        lambda job_id, node: agent.JobView(job_id, "root", "probe", comment, {"gpu": [0, 1]}))
+    return cfg, FakeDevices(path)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the switch counts only when root owns it")
+def test_the_switch_fails_a_policy_midway_and_the_epilog_restores_it(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    cfg, dev = agent_on_fake(tmp_path, monkeypatch)
+    switch = dev.path.with_name(FAIL_SWITCH)
+    switch.write_text("on\n")
+    with pytest.raises(OSError, match=FAIL_SWITCH):
+        agent.prolog(cfg, "7", "g01")  # _entry logs it as an ERROR and exits 0
+    states = [dev.state(i) for i in range(4)]
+    assert states[0]["limit_w"] == 240 and states[0]["clock_level"] == "medium"  # the first device, whole
+    assert [s["limit_w"] for s in states[1:]] == [400, 400, 400]  # the next write failed
+    assert agent.epilog(cfg, "7", "g01") is None  # no prolog record: what its owner records name
+    assert all(dev.state(i)["limit_w"] == 400 and dev.state(i)["clock_level"] == "default" for i in range(4))
+    switch.unlink()
+    agent.prolog(cfg, "8", "g01")  # the switch gone: the whole policy again
+    assert [dev.state(i)["limit_w"] for i in range(4)] == [240, 240, 400, 400]
+
+
+def test_the_switch_counts_only_as_roots_regular_file(tmp_path: Path) -> None:
+    path = tmp_path / "fake-devices.json"
+    FakeDevices.create(path, "gpu", 2)
+    dev = FakeDevices(path)
+    switch = path.with_name(FAIL_SWITCH)
+    assert not dev.failing()
+    switch.symlink_to(path)  # a link, even to root's file, is no switch
+    assert not dev.failing()
+    switch.unlink()
+    switch.write_text("on\n")
+    assert dev.failing() is (os.geteuid() == 0)
+    if os.geteuid() == 0:
+        os.chown(switch, 65534, 65534)  # another user's file: no switch
+        assert not dev.failing()
+        os.chown(switch, 0, 0)
+        dev.set_power_limit(0, 100)
+        dev.set_power_limit(0, 90)  # the same device again: fine
+        with pytest.raises(OSError):
+            dev.set_gpu_clock_level(1, "low")
+        dev.reset(0)  # restores never fail
+        dev.reset(1)
+        assert dev.state(0)["limit_w"] == dev.state(0)["default_w"]
+
+
+@dataclass
+class JobsOnNode(Runner):
+    """squeue and `scontrol show job -d` for devices_left: job 5 holds gpu 0 on g01."""
+
+    def run(self, argv: Sequence[str], *, check: bool = True, timeout: float | None = None,
+            input: str | None = None) -> subprocess.CompletedProcess[str]:
+        argv = list(argv)
+        if argv[0] == "squeue":
+            return subprocess.CompletedProcess(argv, 0, "5\n", "")
+        assert argv[:3] == ["scontrol", "show", "job"] and "5" in argv, argv
+        return subprocess.CompletedProcess(
+            argv, 0, "JobId=5 JobName=x\n   JobState=RUNNING\n     Nodes=g01 CPU_IDs=0 Mem=0 GRES=gpu:1(IDX:0)\n", "")
+
+
+@dataclass
+class OneNodeCluster:
+    """What devices_left reads of a Cluster: its nodes, fake devices folder and runner."""
+
+    dev: Path
+    runner: Runner
+
+    def info(self) -> dict[str, Any]:
+        return {"nodes": ["g01"]}
+
+
+def test_the_devices_check_counts_a_device_left_with_a_policy(tmp_path: Path) -> None:
+    path = tmp_path / "g01" / "fake-devices.json"
+    path.parent.mkdir()
+    FakeDevices.create(path, "gpu", 3, default_w=400)
+    dev = FakeDevices(path)
+    c = OneNodeCluster(tmp_path, JobsOnNode())
+    assert devices_left(c)["left"] == 0  # type: ignore[arg-type]
+    dev.set_power_limit(0, 240)  # held by job 5: not left
+    dev.set_gpu_clock_level(0, "medium")
+    FakeDevices(path).set_gpu_clock_level(2, "medium")  # no job holds gpu 2: left
+    got = devices_left(c)  # type: ignore[arg-type]
+    assert (got["devices"], got["non_default"], got["left"]) == (3, 2, 1)
+    assert got["examples"] == [{"node": "g01", "kind": "gpu", "index": 2, "limit_w": 400, "default_w": 400,
+                                "clock_level": "medium"}]
+
+
+def test_agent_fail_is_planned_on_a_node_with_devices() -> None:
+    fs = plan(["agent-fail", "slurmd-kill"], 7200, 3, ["n1", "n2"], SHORT_DURATIONS, gap_s=300,
+              device_nodes=["gpu-1"])
+    assert {f.kind: f.node for f in fs}["agent-fail"] == "gpu-1"
+    assert {f.kind: f.node for f in fs}["slurmd-kill"] in ("n1", "n2")
+    assert len(plan(list(KINDS), 7200, 293, ["n1"], SHORT_DURATIONS, gap_s=300)) == len(KINDS)  # fits
