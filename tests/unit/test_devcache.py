@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +19,8 @@ from slurm_hetero.energy import devcache as writer
 from slurm_hetero.energy.fake import FakeDevices
 from slurm_hetero.energy.state import AgentConfig, NodeState
 from slurm_hetero.site.policies import DEFAULT_POLICIES, AutoRule
+from tests.unit.test_agent_trust import Scontrol
+from tests.unit.test_container_gres import answer_with
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 ME = os.getuid()  # the owner these tmp files have; the readers are told to expect it
@@ -132,19 +133,8 @@ def containers_conf(tmp_path: Path, state_dir: Path) -> str:
     return str(etc / "hetero-containers.json")
 
 
-def answer(monkeypatch: pytest.MonkeyPatch, text: str) -> list[list[str]]:
-    calls: list[list[str]] = []
-
-    def run(self: Any, argv: list[str], **_: Any) -> subprocess.CompletedProcess[str]:
-        calls.append(list(argv))
-        return subprocess.CompletedProcess(argv, 0, text, "")
-
-    monkeypatch.setattr("slurm_hetero.slurm.runner.Runner.run", run)
-    return calls
-
-
 def test_the_cache_spares_slurmctld(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, folder: Path) -> None:
-    calls, said = answer(monkeypatch, RECORD), list[str]()
+    calls, said = answer_with(monkeypatch, RECORD), list[str]()
     conf = containers_conf(tmp_path, folder.parent)
     # The job's environment cannot move the cache: only the config beside --conf names it.
     monkeypatch.setenv("SLURM_HETERO_AGENT", "/nonexistent/hetero-agent.json")
@@ -156,7 +146,7 @@ def test_the_cache_spares_slurmctld(monkeypatch: pytest.MonkeyPatch, tmp_path: P
 @pytest.mark.parametrize("damage", ["owner", "group-writable", "other-job", "malformed", "missing", "no-config"])
 def test_no_trusted_cache_asks_slurmctld_and_says_so(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
                                                      folder: Path, damage: str) -> None:
-    calls, said = answer(monkeypatch, RECORD), list[str]()
+    calls, said = answer_with(monkeypatch, RECORD), list[str]()
     conf = containers_conf(tmp_path, folder.parent)
     owner = ME + 4242 if damage == "owner" else ME
     if damage == "group-writable":
@@ -185,15 +175,6 @@ def test_a_node_name_cannot_leave_the_state_folder(tmp_path: Path) -> None:
 
 
 # ---- the agent writes it in the prolog and removes it in the epilog ---------------------------
-
-class Scontrol:
-    def __init__(self, text: str):
-        self.text = text
-
-    def out(self, argv: list[str], **_: Any) -> str:
-        assert argv[:4] == ["scontrol", "show", "job", "-d"]
-        return self.text
-
 
 def agent_config(tmp_path: Path) -> AgentConfig:
     FakeDevices.create(tmp_path / "npu.json", "npu", 8, "910b")
