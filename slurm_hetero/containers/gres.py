@@ -20,7 +20,7 @@ from slurm_hetero.containers.devcache import ROOT_UID, CacheUnusable, cache_fold
 from slurm_hetero.errors import RuntimeFailure
 from slurm_hetero.site.gresconf import GresConfError, read_gres_conf
 from slurm_hetero.slurm.runner import Runner
-from slurm_hetero.slurm.scontrol import AmbiguousRecord, parse_job_devices, show_job_argv
+from slurm_hetero.slurm.scontrol import AmbiguousRecord, parse_job_devices, show_one_job
 
 
 def parse_ranges(text: str) -> list[int]:
@@ -46,7 +46,7 @@ def job_allocation(job_id: str, node: str, slurm_conf: str | None = None,
         raise RuntimeFailure(f"job id {job_id!r} is not a number")
     runner = Runner(slurm_conf=slurm_conf, timeout=timeout)
     try:
-        return parse_job_devices(runner.out(show_job_argv(job_id, detail=True)), node)
+        return parse_job_devices(show_one_job(runner.out, job_id, detail=True), node)
     except AmbiguousRecord as e:
         raise RuntimeFailure(f"job {job_id}: its record is ambiguous ({e}); "
                              "no devices are given to it") from e

@@ -60,7 +60,7 @@ from slurm_hetero.replay.faults import Fault, alert_spans, dbd_queue, scrape_gap
 from slurm_hetero.site import Site
 from slurm_hetero.slurm.parse import parse_kv_record
 from slurm_hetero.slurm.runner import Runner
-from slurm_hetero.slurm.scontrol import parse_job_devices, show_job_argv
+from slurm_hetero.slurm.scontrol import parse_job_devices, show_one_job
 
 Say = Callable[[str], None]
 Undo = Callable[[], None]
@@ -670,13 +670,14 @@ def devices_left(c: Cluster, nodes: list[str] | None = None) -> dict[str, Any]:
             continue
         held: set[tuple[str, int]] = set()
         everything = False
-        r = c.runner.run(["squeue", "-h", "-t", "R,CG,S", "-w", node, "-o", "%i"], check=False, timeout=20)
+        # %A: the plain id (an array task's or a het component's own), which scontrol takes.
+        r = c.runner.run(["squeue", "-h", "-t", "R,CG,S", "-w", node, "-o", "%A"], check=False, timeout=20)
         if r.returncode != 0:
             everything = True
         for jid in r.stdout.split() if r.returncode == 0 else []:
-            j = c.runner.run(show_job_argv(jid, detail=True), check=False, timeout=20)
             try:
-                got = parse_job_devices(j.stdout, node) if j.returncode == 0 else None
+                got: dict[str, list[int]] | None = parse_job_devices(
+                    show_one_job(lambda argv: c.runner.out(argv, timeout=20), jid, detail=True), node)
             except RuntimeFailure:
                 got = None
             if got is None:

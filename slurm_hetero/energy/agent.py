@@ -46,13 +46,13 @@ from slurm_hetero.site.policies import EnergyPolicy
 from slurm_hetero.slurm.comment import parse_comment
 from slurm_hetero.slurm.hostlist import HostlistError, contains, expand
 from slurm_hetero.slurm.parse import parse_slurm_time
-from slurm_hetero.slurm.runner import Runner
+from slurm_hetero.slurm.runner import Runner, SlurmCommandError
 from slurm_hetero.slurm.scontrol import (
     listpids_argv,
     parse_id_list,
     parse_job_devices,
     parse_job_record,
-    show_job_argv,
+    show_one_job,
 )
 
 log = logging.getLogger("slurm-hetero.agent")
@@ -88,7 +88,7 @@ def job_view(job_id: str, node: str, env: Mapping[str, str] | None = None) -> Jo
     comment, name or work dir imitates slurmctld's lines raises AmbiguousRecord, and the
     caller then leaves the devices alone."""
     env = os.environ if env is None else env
-    text = SLURM.out(show_job_argv(job_id, detail=True))
+    text = show_one_job(SLURM.out, job_id, detail=True)
     rec = parse_job_record(text, ["JobName", "UserId", "NumNodes"], optional=["AdminComment", "NodeList"])
     gres = parse_job_devices(text, node)
     devices = {k: v for k, v in gres.items() if k in KINDS}
@@ -451,14 +451,18 @@ def _runs_on(nodelist: str, node: str) -> bool:
 def job_record(job_id: str) -> dict[str, str] | None:
     """slurmctld's record of a job, None once it has forgotten it. Any other failure (no
     answer from slurmctld) raises: "cannot tell" must never read as "the job is gone"."""
-    r = SLURM.run(show_job_argv(job_id), check=False)
-    if r.returncode == 0 and r.stdout.strip():
+    try:
+        text = show_one_job(SLURM.out, job_id)
+    except SlurmCommandError as e:
+        if "Invalid job id" in e.stderr:
+            return None
+        why = e.stderr.strip() or f"exit {e.returncode}"
+        raise RuntimeFailure(f"scontrol show job {job_id}: {why}") from e
+    if text.strip():
         # AmbiguousRecord (user text imitating a key) is "cannot tell": it raises.
-        return parse_job_record(r.stdout, ["JobState", "BatchFlag", "StartTime"],
+        return parse_job_record(text, ["JobState", "BatchFlag", "StartTime"],
                                 optional=["BatchHost", "NodeList"])
-    if "Invalid job id" in r.stderr:
-        return None
-    raise RuntimeFailure(f"scontrol show job {job_id}: {r.stderr.strip() or f'exit {r.returncode}'}")
+    raise RuntimeFailure(f"scontrol show job {job_id}: an empty answer")
 
 
 def job_holds_devices(job_id: str, node: str) -> bool:

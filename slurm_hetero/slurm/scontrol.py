@@ -22,14 +22,18 @@ such as `npu`, the bridge's admin comment).
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from slurm_hetero.errors import RuntimeFailure
 from slurm_hetero.slurm import hostlist
 
 _DETAIL = re.compile(r"^     Nodes=(\S+) CPU_IDs=\S+ Mem=\d+ GRES=(\S*)$")
 _GRES_ITEM = re.compile(r"^([A-Za-z0-9_-]+)(?::[A-Za-z0-9_.-]+)*:\d+\(IDX:([0-9,\-]+)\)$")
-_FIRST = re.compile(r"^JobId=(\d+) JobName=(.*)$")
+# Line 1 is slurmctld's: `JobId=N`, then an array task's or a heterogeneous job
+# component's ids, then JobName (printed last, so user text never precedes a key).
+# Groups: 1 JobId, 2 ArrayJobId, 3 ArrayTaskId, 4 HetJobId, 5 HetJobOffset, 6 JobName.
+_FIRST = re.compile(r"^JobId=(\d+) (?:ArrayJobId=(\d+) ArrayTaskId=(\S+) (?:ArrayTaskThrottle=\d+ )?"
+                    r"|HetJobId=(\d+) HetJobOffset=(\d+) )?JobName=(.*)$")
 # Keys printed on a line of their own whose value runs to the end of the line (may hold spaces).
 LINE_KEYS = frozenset({"AdminComment", "Comment", "SystemComment", "WorkDir", "Command",
                        "StdErr", "StdIn", "StdOut", "Reason"})
@@ -41,7 +45,55 @@ class AmbiguousRecord(RuntimeFailure):
 
 
 def show_job_argv(job_id: str | int, detail: bool = False) -> list[str]:
-    return ["scontrol", "show", "job", *(["-d"] if detail else []), _job(job_id)]
+    """`scontrol show job [-d] ID`; ID may name a heterogeneous job's component (`L+K`)
+    or an array's task (`A_T`)."""
+    job = str(job_id)
+    if not re.fullmatch(r"\d+([+_]\d+)?", job):
+        raise ValueError(f"job id {job!r} is not a number")
+    return ["scontrol", "show", "job", *(["-d"] if detail else []), job]
+
+
+def array_tasks_argv(array_id: str | int) -> list[str]:
+    """`squeue` lines `JOBID TASK` for every task of an array: two numeric fields
+    slurmctld writes, nothing a user can."""
+    return ["squeue", "-h", "-t", "all", "-j", _job(array_id), "-o", "%A %K"]
+
+
+def parse_array_task(text: str, job_id: str | int) -> str | None:
+    """The array task index that job `job_id` is, from `array_tasks_argv` output; None
+    when it is no single running/ended task (the array's pending rest).
+
+    >>> parse_array_task("12 0\\n9 3\\n14 2-5%2\\n", 9)
+    '3'
+    """
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[0] == str(job_id) and parts[1].isdigit():
+            return parts[1]
+    return None
+
+
+def show_one_job(out: Callable[[list[str]], str], job_id: str | int, detail: bool = False) -> str:
+    """The text of job `job_id`'s own record, through `out` (a runner's `out`).
+
+    `scontrol show job ID` prints several records where ID is a heterogeneous job's leader
+    (every component) or an array's id (every task of the array), and the strict parser
+    rightly reads a second record as user text imitating keys. Line 1 (slurmctld's own)
+    tells which: the leader is asked again as `L+0`, an array's id as `A_T`."""
+    jid = str(job_id)
+    text = out(show_job_argv(jid, detail))
+    first = _FIRST.match(text.split("\n", 1)[0])
+    if not first:
+        return text  # the parser names what is wrong
+    if first.group(4) == jid:
+        return out(show_job_argv(f"{jid}+0", detail))
+    if first.group(2) == jid:
+        task = first.group(3) if first.group(1) == jid and first.group(3).isdigit() else None
+        if task is None:
+            task = parse_array_task(out(array_tasks_argv(jid)), jid)
+        if task is not None:
+            return out(show_job_argv(f"{jid}_{task}", detail))
+    return text
 
 
 _UPDATE_KEY = re.compile(r"[A-Za-z]{1,32}")
@@ -149,7 +201,7 @@ def parse_job_record(text: str, keys: Iterable[str], optional: Iterable[str] = (
             out[key] = first.group(1)
             continue
         if key == "JobName":
-            out[key] = first.group(2)
+            out[key] = first.group(6)
             continue
         hits = _key_hits(rest, key)
         if len(hits) > 1:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import time
 from typing import Any
@@ -204,6 +205,28 @@ def test_restored_after_slurmstepd_is_killed(cluster: Cluster) -> None:
                            env={"SLURM_CONF": str(cluster.conf)})
     assert r.exit_code == 0 and r.output.startswith(f"restored 0 device(s) on {node}: none needed"), r.output
     cluster.runner.run(["scancel", str(jid)])
+
+
+def test_array_tasks_and_het_jobs_get_their_policy(cluster: Cluster) -> None:
+    """An array task's record starts `JobId=N ArrayJobId=A ArrayTaskId=T`, and `scontrol
+    show job` of an array's id or a het job's leader prints several records (CI once: every
+    array task's Prolog failed; the leader's would have read as forged)."""
+    arr = submit(cluster.runner, ["--array=0-1", "--accel=a100-80gb:1", "--energy=efficiency",
+                                  "-o", "/dev/null"], "sleep 3")
+    # SPANK options are the whole submission's (each component would get --accel): plain GRES.
+    het = submit(cluster.runner, ["-p", "gpu", "--gres=gpu:a100-80gb:1", "-o", "/dev/null",
+                                  ":", "-p", "cpu"], "sleep 3")
+    wait_done(cluster.runner, [arr, het])
+    raw = cluster.runner.out(["sacct", "-X", "-n", "-P", "-j", f"{arr},{het}", "-o", "JobIDRaw,JobID"])
+    ids = dict(line.split("|") for line in raw.split())
+    tasks = [j for j, shown in ids.items() if shown.startswith(f"{arr}_")]
+    assert len(tasks) == 2 and str(arr) in tasks, ids  # the last task to start keeps the array's id
+    log = (cluster.agent_dir / "agent.log").read_text()
+    for j in tasks:
+        assert re.search(rf"INFO prolog job {j} on a100-0\d: policy efficiency, 1 devices", log), (j, log)
+    assert re.search(rf"INFO prolog job {het} on a100-0\d: policy \w+, 1 devices", log), log
+    assert not [line for line in log.splitlines()
+                if "ERROR" in line and any(f"job {j} " in line for j in ids)], log
 
 
 def test_agent_log_shows_prolog_and_epilog(cluster: Cluster) -> None:

@@ -22,6 +22,7 @@ from slurm_hetero.site import load_site, load_site_text
 from slurm_hetero.site.load import SiteError
 from slurm_hetero.site.policies import DEFAULT_POLICIES, AutoRule, EnergyPolicy, parse_power_cap
 from slurm_hetero.slurm.comment import merge_comment, parse_comment
+from slurm_hetero.slurm.runner import SlurmCommandError
 
 ROOT = Path(__file__).resolve().parents[2]
 DEMO = ROOT / "site" / "demo" / "site.yaml"
@@ -325,7 +326,12 @@ class ScriptedSlurm:
     def run(self, argv: list[str], check: bool = True, **_: Any) -> subprocess.CompletedProcess[str]:
         self.calls.append(argv)
         rc, out, err = self.answers[" ".join(argv[:2])]
+        if check and rc != 0:
+            raise SlurmCommandError(argv, rc, err)
         return subprocess.CompletedProcess(argv, rc, out, err)
+
+    def out(self, argv: list[str], **kw: Any) -> str:
+        return self.run(argv, **kw).stdout
 
 
 def test_cannot_tell_is_not_gone(monkeypatch: pytest.MonkeyPatch) -> None:
