@@ -55,10 +55,12 @@ from slurm_hetero.devcluster.cluster import Cluster, bridge_every
 from slurm_hetero.devcluster.replay import DevReplayCluster
 from slurm_hetero.energy.fake import FAIL_SWITCH
 from slurm_hetero.errors import RuntimeFailure
+from slurm_hetero.monitor.cluster import node_state
 from slurm_hetero.replay.clockmap import ClockMap, calibrate
 from slurm_hetero.replay.faults import Fault, alert_spans, dbd_queue, scrape_gaps
 from slurm_hetero.site import Site
-from slurm_hetero.slurm.parse import parse_kv_record
+from slurm_hetero.slurm.commands import sinfo_capacity_argv
+from slurm_hetero.slurm.parse import parse_gres, parse_kv_record
 from slurm_hetero.slurm.runner import Runner
 from slurm_hetero.slurm.scontrol import parse_job_devices, show_one_job
 
@@ -207,6 +209,8 @@ class Injector:
                      + (f" for {f.for_s:.0f} s" if f.for_s else ""))
             try:
                 undo = getattr(self, "_" + f.kind.replace("-", "_"))(f, rec["evidence"])
+                if rec["evidence"].get("node") and rec["evidence"]["node"] != f.node:
+                    rec["node"] = rec["evidence"]["node"]  # agent-fail's probe went where devices were free
                 with self._lock:
                     self._undo = undo
                 if undo is not None:
@@ -485,13 +489,13 @@ class Injector:
         return undo
 
     def _agent_fail(self, f: Fault, ev: dict[str, Any]) -> Undo | None:
-        folder = self.c.dev / f.node
-        try:
-            devs = json.loads((folder / "fake-devices.json").read_text())["devices"]
-        except (OSError, ValueError, KeyError) as e:
-            raise RuntimeFailure(f"agent-fail: {f.node} has no fake devices ({e})") from e
-        if len(devs) < 2:
-            raise RuntimeFailure(f"agent-fail: {f.node} has {len(devs)} device: nothing fails midway")
+        """The switch on, a probe job on a node whose devices are free now (the schedule's
+        node where it has two free, else another device node that has: a probe waiting
+        behind a busy node's jobs proves nothing and used to hold the schedule). Nothing
+        here waits for the probe: a watcher thread catches its Prolog's error and what the
+        Prolog left changed, and the undo reads what the watcher saw."""
+        node, devs = self._probe_node(f.node, ev)
+        folder = self.c.dev / node
         switch = folder / FAIL_SWITCH
         fd = os.open(switch, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
         with os.fdopen(fd, "w") as out:
@@ -500,31 +504,68 @@ class Injector:
         gres = f"{devs[0]['kind']}:2"  # two: the second is where it fails; few, so it starts soon
         log = self.c.agent_dir / "agent.log"
         try:
-            jid = self._probe(f.node, gres, max(120, int(0.8 * f.for_s)))
+            jid = self._probe(node, gres, max(120, int(0.8 * f.for_s)))
         except RuntimeFailure:
             switch.unlink(missing_ok=True)  # no undo is registered for a fault that never began
             raise
         ev["probe"] = jid
-        line = self._agent_line(log, re.compile(rf"ERROR prolog job {jid} on {re.escape(f.node)} failed: .*"))
-        ev["agent_error"] = line[-200:] if line else None
-        # What the Prolog left changed while the probe runs: the job's first device only.
-        ev["changed_midway"] = sum(1 for d in self._fake(f.node) if _non_default(d))
+        failed = re.compile(rf"ERROR prolog job {jid} on {re.escape(node)} failed: .*")
+        # The watcher gives up at the fault's end (real seconds), when the undo needs its answer.
+        budget = max(5.0, self.clock.real(self.t0 + f.until_s) - time.time() - 2.0)
+
+        def watch() -> None:
+            line = self._agent_line(log, failed, timeout=budget)
+            ev["agent_error"] = line[-200:] if line else None
+            # What the Prolog left changed while the probe runs: the job's first device only.
+            ev["changed_midway"] = sum(1 for d in self._fake(node) if _non_default(d)) if line else 0
+
+        watcher = threading.Thread(target=watch, name="agent-fail-watch", daemon=True)
+        watcher.start()
 
         def undo() -> None:
+            watcher.join(timeout=30)
             switch.unlink(missing_ok=True)
             ev["switch_removed"] = not switch.exists()
             ev["probe_state"] = self._ended(jid)
-            ev["left_after"] = devices_left(self.c, [f.node])["left"]  # other jobs' policies may stay
-            # The agent works again: a second probe gets the whole policy, restored at its end.
-            again = self._probe(f.node, gres)
-            ok = self._agent_line(log, re.compile(rf"prolog job {again} on {re.escape(f.node)}: policy \S+, "
-                                                  r"(\d+) devices"))
+            ev["left_after"] = devices_left(self.c, [node])["left"]  # other jobs' policies may stay
+            # The agent works again: a second probe gets the whole policy, restored at its end,
+            # on a node with free devices of the same kind now.
+            again_node, _ = self._probe_node(node, {}, kind=devs[0]["kind"])
+            again = self._probe(again_node, gres)
+            ok = self._agent_line(log, re.compile(rf"prolog job {again} on {re.escape(again_node)}: "
+                                                  r"policy \S+, (\d+) devices"))
             m = re.search(r"(\d+) devices", ok or "")
             ev["applied_after"] = int(m.group(1)) if m else 0
-            ev["probe_after"], ev["probe_after_state"] = again, self._ended(again)
-            ev["left_after"] += devices_left(self.c, [f.node])["left"]
+            ev["probe_after"], ev["probe_after_node"] = again, again_node
+            ev["probe_after_state"] = self._ended(again)
+            ev["left_after"] += devices_left(self.c, sorted({node, again_node}))["left"]
 
         return undo
+
+    def _probe_node(self, preferred: str, ev: dict[str, Any], kind: str | None = None
+                    ) -> tuple[str, list[dict[str, Any]]]:
+        """A node with two or more fake devices (of `kind`) and two of them free now: the
+        preferred one if it qualifies, else the one with the most free (ties by name), else
+        the preferred one (its probe waits: `probe_waits` says so). Its fake devices too."""
+        r = self.c.runner.run(sinfo_capacity_argv(), check=False, timeout=20)
+        free = free_devices(r.stdout) if r.returncode == 0 else {}
+        candidates: list[tuple[int, str, list[dict[str, Any]]]] = []
+        for folder in sorted(self.c.dev.iterdir()) if self.c.dev.is_dir() else []:
+            devs = [d for d in self._fake(folder.name) if kind is None or d.get("kind") == kind]
+            if len(devs) >= 2:
+                n_free = free.get(folder.name, {}).get(str(devs[0].get("kind")), 0)
+                candidates.append((n_free, folder.name, devs))
+        if not candidates:
+            raise RuntimeFailure("agent-fail: no node has two fake devices")
+        mine = [c for c in candidates if c[1] == preferred]
+        ready = [c for c in candidates if c[0] >= 2]
+        pick = (mine if mine and mine[0][0] >= 2 else
+                sorted(ready, key=lambda c: (-c[0], c[1]))[:1] or mine or candidates[:1])[0]
+        ev["node"], ev["free_devices"] = pick[1], pick[0]
+        if pick[1] != preferred:
+            ev["scheduled_node"] = preferred
+        ev["probe_waits"] = pick[0] < 2
+        return pick[1], pick[2]
 
     def _fake(self, node: str) -> list[dict[str, Any]]:
         try:
@@ -648,6 +689,30 @@ def bridge_margin_s(speed: float) -> float:
 def _non_default(d: dict[str, Any]) -> bool:
     return (float(d.get("limit_w", 0)) != float(d.get("default_w", 0))
             or d.get("clock_level", "default") != "default" or d.get("npu_mode", "normal") != "normal")
+
+
+def free_devices(text: str) -> dict[str, dict[str, int]]:
+    """{node: {GRES name: devices free}} from `sinfo_capacity_argv()` output (fields
+    slurmctld and the admin write); a node that cannot run jobs has none free.
+
+    >>> free_devices("a1|mixed|gpu:a100:4(S:0)|gpu:a100:1(IDX:2)|x|\\n"
+    ...              "a2|drained|gpu:a100:4|gpu:a100:0(IDX:N/A)|x|\\n")
+    {'a1': {'gpu': 3}, 'a2': {'gpu': 0}}
+    """
+    out: dict[str, dict[str, int]] = {}
+    for line in text.splitlines():
+        fields = [f.strip() for f in line.split("|")]
+        if len(fields) < 4 or not fields[0]:
+            continue
+        node, state, gres, used = fields[:4]
+        usable = node_state(state) in ("idle", "mix", "alloc")
+        in_use = parse_gres(used)
+        mine = out.setdefault(node, {})
+        for name_type, count in parse_gres(gres).items():
+            name = name_type.split(":", 1)[0]
+            left = max(0, count - in_use.get(name_type, 0)) if usable else 0
+            mine[name] = mine.get(name, 0) + left
+    return out
 
 
 def devices_left(c: Cluster, nodes: list[str] | None = None) -> dict[str, Any]:
