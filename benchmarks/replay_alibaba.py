@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import signal
 import statistics
 import sys
 import tempfile
@@ -169,6 +170,9 @@ def from_json(path: Path, site_path: Path, pods: Path) -> int:
 
 
 def main() -> int:
+    # SIGTERM (a session's end, `kill`) unwinds like an error: the clusters, their Prometheus
+    # and a fault in progress are taken down by the `finally`s, not left running.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--windows", type=int, default=2)
     p.add_argument("--hours", type=float, default=1.0)

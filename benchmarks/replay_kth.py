@@ -35,6 +35,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import signal
 import statistics
 import sys
 import tempfile
@@ -115,6 +116,9 @@ def breakdown(res: dict[str, ArmResult]) -> None:
 
 
 def main() -> int:
+    # SIGTERM (a session's end, `kill`) unwinds like an error: the clusters, their Prometheus
+    # and a fault in progress are taken down by the `finally`s, not left running.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--windows", type=int, default=1)
     p.add_argument("--pick", choices=("spread", "busiest", "band"), default="spread")

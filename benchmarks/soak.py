@@ -76,6 +76,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import signal
 import statistics
 import sys
 import tempfile
@@ -427,6 +428,9 @@ def broken(runs: dict[str, dict[str, Any]], records: list[dict[str, Any]]) -> li
 
 
 def main(argv: list[str] | None = None) -> int:
+    # SIGTERM (a session's end, `kill`) unwinds like an error: the clusters, their Prometheus
+    # and a fault in progress are taken down by the `finally`s, not left running.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     p = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     p.add_argument("--short", action="store_true",
                    help="2 trace hours, three faults, no baseline (the test's)")
