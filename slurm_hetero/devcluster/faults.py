@@ -526,18 +526,18 @@ class Injector:
             watcher.join(timeout=30)
             switch.unlink(missing_ok=True)
             ev["switch_removed"] = not switch.exists()
-            ev["probe_state"] = self._ended(jid)
+            ev["probe_state"] = self._ended_or_cancelled(jid)
             ev["left_after"] = devices_left(self.c, [node])["left"]  # other jobs' policies may stay
             # The agent works again: a second probe gets the whole policy, restored at its end,
             # on a node with free devices of the same kind now.
             again_node, _ = self._probe_node(node, {}, kind=devs[0]["kind"])
             again = self._probe(again_node, gres)
             ok = self._agent_line(log, re.compile(rf"prolog job {again} on {re.escape(again_node)}: "
-                                                  r"policy \S+, (\d+) devices"))
+                                                  r"policy \S+, (\d+) devices"), timeout=30)
             m = re.search(r"(\d+) devices", ok or "")
             ev["applied_after"] = int(m.group(1)) if m else 0
             ev["probe_after"], ev["probe_after_node"] = again, again_node
-            ev["probe_after_state"] = self._ended(again)
+            ev["probe_after_state"] = self._ended_or_cancelled(again)
             ev["left_after"] += devices_left(self.c, sorted({node, again_node}))["left"]
 
         return undo
@@ -603,6 +603,15 @@ class Injector:
 
         procs.wait_until(seen, timeout, 0.3)
         return got[0] if got else None
+
+    def _ended_or_cancelled(self, jid: str) -> str:
+        """A probe's final state; one still pending (no devices came free) is cancelled and
+        says so, rather than hold the fault schedule while it waits."""
+        r = self.c.runner.run(["squeue", "-h", "-j", jid, "-o", "%T"], check=False, timeout=20)
+        if r.returncode == 0 and r.stdout.strip() == "PENDING":
+            self.c.runner.run(["scancel", jid], check=False, timeout=20)
+            return "PENDING (cancelled: never started)"
+        return self._ended(jid)
 
     def _ended(self, jid: str, timeout: float = 90.0) -> str:
         """The job's final state once slurmctld shows one, or accounting once slurmctld has
