@@ -103,10 +103,13 @@ RENDERED = {"selecttype": "select/cons_tres", "prioritytype": "priority/multifac
 # Slurm's own value of keys the template writes with slurm-hetero's greenfield choice: an
 # imported file that does not set them gets these pinned, so nothing changes by omission
 # (as `scontrol show config` printed them on Slurm 22.05.8 and 24.11.5; DefMemPerNode
-# stands for "no default memory" and displaces the template's DefMemPerCPU).
+# stands for "no default memory" and displaces the template's DefMemPerCPU: 0, which
+# `scontrol show config` prints as UNLIMITED; the word UNLIMITED in slurm.conf reads as the
+# largest number instead, and every job without --mem is refused, "Memory specification can
+# not be satisfied", tests/integration/test_foreign_site.py).
 SLURM_DEFAULTS = {
     "ReturnToService": "0", "MpiDefault": "none", "TaskPlugin": "task/none",
-    "DefMemPerNode": "UNLIMITED", "PriorityWeightQOS": "0", "PriorityWeightFairshare": "0",
+    "DefMemPerNode": "0", "PriorityWeightQOS": "0", "PriorityWeightFairshare": "0",
     "PriorityWeightAge": "0", "PriorityMaxAge": "7-0", "PriorityDecayHalfLife": "7-0",
     "PreemptType": "preempt/none", "PreemptMode": "OFF", "JobAcctGatherType": "jobacct_gather/none",
     "JobCompType": "jobcomp/none", "SlurmUser": "root", "SlurmdSpoolDir": "/var/spool/slurmd",

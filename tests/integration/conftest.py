@@ -33,7 +33,7 @@ TEST_USER = "hetero-user"  # a system user (no home, no shell), made when missin
 # starting these first keeps one of them from being the last thing a run waits for.
 SLOWEST_FIRST = ("test_replay.py", "test_ansible.py", "test_predict.py", "test_replay_array.py",
                  "test_soak.py", "test_energy.py", "test_security.py", "test_checkpoint.py",
-                 "test_power.py", "test_preempt.py")
+                 "test_power.py", "test_foreign_site.py", "test_preempt.py")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -329,7 +329,7 @@ def test_an_unset_default_memory_stays_unset(tmp_path: Path) -> None:
                                          "PartitionName=p Nodes=n[1-2] Default=YES\n")
     result = import_site(tmp_path / "slurm.conf")
     conf = Meaning(render_site(load_site_text(result.text))["slurm.conf"]).settings
-    assert conf["defmempernode"] == ["UNLIMITED"] and "defmempercpu" not in conf
+    assert conf["defmempernode"] == ["0"] and "defmempercpu" not in conf
     notes = "\n".join(result.notes)
     assert "SelectType is not set: Slurm 22.05 then allocates whole nodes" in notes
     assert "AccountingStorageType is not set" in notes and "no feature names the architecture" in notes
