@@ -45,7 +45,9 @@ The faults (slurm_hetero/replay/faults.py says what each is, devcluster/faults.p
 injected and undone): the bridge daemon SIGKILLed, and SIGSTOPped for an hour (trace) then
 continued; slurmctld restarted, and SIGKILLed then started 10 minutes later; slurmdbd stopped
 for an hour; one node's slurmd SIGKILLed for half an hour; StateSaveLocation (where the
-snapshot lives) read-only for half an hour; one node's clock 60-120 s behind for an hour;
+snapshot lives) read-only for half an hour, and full for half an hour (state-full: the folder
+on a tmpfs of its own, 64 MiB, mounted only when the schedule has state-full; a filler file
+takes every free byte, writes fail with ENOSPC); one node's clock 60-120 s behind for an hour;
 one node's devices failing partway through a policy for half an hour (agent-fail: the node
 agent's Prolog stops after a probe job's first device, logs an ERROR and exits 0; the job
 runs, its Epilog puts back every device the Prolog changed, HeteroNodeAgentErrors fires).
@@ -60,12 +62,14 @@ demand 1.08), no warm-up, three faults with seed 293 (the daemon stopped at +860
 trace minutes, past its 150 s margin, while jobs submitted in its first minutes, the
 heartbeat still fresh, pass their shortened limits; slurmdbd down for 10 trace minutes;
 slurmctld restarted), no baseline unless asked (`--baseline`), about 3 real minutes.
-`--short --faults all` puts all nine faults, shorter, in those 2 hours.
+`--short --faults all` (ten faults) does not fit in those 2 hours: name nine of them, or
+give --hours.
 
 Exit 0 when every fault happened and nothing was lost, killed early, or booked wrong;
 1 otherwise (the figures say what). Needs root and the dev cluster's packages (`make deps`).
 Every fault in progress is undone when the soak stops or fails; one killed outright (SIGKILL)
-may leave StateSaveLocation bound read-only: `umount WORKDIR/faulted/state`.
+may leave StateSaveLocation bound read-only or on its tmpfs: `umount WORKDIR/faulted/state`
+(until `mount | grep WORKDIR` shows nothing; a new soak in the same workdir does it too).
 The day takes about 40 real minutes a run at x50 (two runs with the baseline).
 `--workload alibaba` replays the Alibaba GPU pods file on its site with the bridge but no
 model (that trace has no users and no limits), the busiest window of --hours.
@@ -138,6 +142,8 @@ SHORT_SEED = 293
 # its two fake GPUs are what agent-fail's probe jobs get a policy on. The window and the
 # figures (capacity, utilisation) stay the trace site's.
 PROBE_PARTITION = "soak-probe"
+# state-full: StateSaveLocation's tmpfs (MiB). The short window's state takes about 1 MiB.
+STATE_TMPFS_MB = 64
 PROBE_NODE = "probe-01"
 PROBE_GROUP = {"names": PROBE_NODE, "resource_type": "GPU", "architecture": "x86_64", "sockets": 1,
                "cores_per_socket": 2, "threads_per_core": 1, "memory": "8GB", "memory_bandwidth": "10GB/s",
@@ -253,8 +259,11 @@ def one_run(name: str, base: Path, site: Site, sel: Selection, window: Window, a
 
     def factory(workdir: Path) -> SoakCluster:
         # With `monitor`: the exporters and Prometheus start with the cluster, before t0.
+        # With state-full in the schedule: StateSaveLocation on a tmpfs of its own to fill.
         made.append(SoakCluster(workdir, watch=watch if monitor else None, hooks=hooks,
-                                boot_site=boot_site if boot_site is not site else None))
+                                boot_site=boot_site if boot_site is not site else None,
+                                state_tmpfs_mb=STATE_TMPFS_MB if any(f.kind == "state-full" for f in faults)
+                                else 0))
         return made[-1]
 
     def on_start(t0: float) -> None:
@@ -355,11 +364,11 @@ def watched(state: dict[str, Any], recs: list[dict[str, Any]], speed: float, mon
 
 
 def limits_due(res: ArmResult, records: list[dict[str, Any]]) -> None:
-    """Per bridge-stop and state-readonly fault (the daemon keeps no limits while either
-    lasts), the jobs whose predicted (shortened) limit came due meanwhile and that ran on past
+    """Per bridge-stop, state-readonly and state-full fault (the daemon keeps no limits while
+    one lasts), the jobs whose predicted (shortened) limit came due meanwhile and that ran on past
     it: what OverTimeLimit, not the daemon, kept alive. Added to each record's evidence."""
     for r in records:
-        if r["kind"] not in ("bridge-stop", "state-readonly"):
+        if r["kind"] not in ("bridge-stop", "state-readonly", "state-full"):
             continue
         lo = res.t0 + r["started_trace_s"]
         hi = res.t0 + r.get("undone_trace_s", r["started_trace_s"] + r["for_s"])

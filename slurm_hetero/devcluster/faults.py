@@ -15,6 +15,12 @@ checked against its command line before a signal):
 - state-readonly: StateSaveLocation (where the snapshot and slurmctld's state live) bound
   onto itself read-only (`mount --bind`, `mount -o remount,ro,bind`: writes fail with
   EROFS), then unmounted. Needs root (CAP_SYS_ADMIN); no systemd involved.
+- state-full (a `SoakCluster(state_tmpfs_mb=...)`: StateSaveLocation on a tmpfs of its own,
+  mounted before slurmctld first starts, its contents copied out before `down` unmounts it):
+  a root-owned filler file takes every free byte (posix_fallocate, then writes until ENOSPC),
+  topped up twice a real second while the fault lasts (slurmctld frees pages as it replaces
+  its files), so every new write in the folder fails with ENOSPC; undone: the filler removed.
+  Refused on any other file system (it would fill a real disk).
 - clock-skew: one node's slurmd restarted with its own FAKETIME offset on the shared
   libfaketime clock (same speed, `skew_s` apart: slurmctld records the node's SlurmdStartTime
   that far off), then restarted on the cluster's clock.
@@ -40,6 +46,7 @@ import re
 import shutil
 import signal
 import subprocess
+import tempfile
 import threading
 import time
 import urllib.parse
@@ -52,7 +59,7 @@ from slurm_hetero.conf.monitoring import RULES, PrometheusSettings, render_prome
 from slurm_hetero.devcluster import procs
 from slurm_hetero.devcluster.clock import ClockSpec
 from slurm_hetero.devcluster.cluster import Cluster, bridge_every
-from slurm_hetero.devcluster.replay import DevReplayCluster
+from slurm_hetero.devcluster.replay import MARK, DevReplayCluster
 from slurm_hetero.energy.fake import FAIL_SWITCH
 from slurm_hetero.errors import RuntimeFailure
 from slurm_hetero.monitor.cluster import node_state
@@ -129,25 +136,124 @@ def writable(folder: Path) -> None:
 
 
 def write_error(folder: Path) -> str:
-    """Try to create a file in `folder`: "" when it could (removed again), else the errno's name."""
+    """Try to create a file in `folder` and write a byte to it: "" when it could (removed
+    again), else the errno's name (EROFS: a read-only folder; ENOSPC: a full one, where the
+    file itself is made, as a tmpfs has inodes left, and its first byte finds no room)."""
     probe = folder / f".soak-probe-{os.getpid()}"
     try:
-        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
     except OSError as e:
         return errno.errorcode.get(e.errno or 0, str(e.errno))
-    os.close(fd)
-    probe.unlink(missing_ok=True)
+    try:
+        os.write(fd, b"x")
+    except OSError as e:
+        return errno.errorcode.get(e.errno or 0, str(e.errno))
+    finally:
+        os.close(fd)
+        probe.unlink(missing_ok=True)
     return ""
 
 
-def mounted(folder: Path) -> bool:
-    """Is `folder` a mount point (our read-only bind still there)?"""
+def _mount_lines(folder: Path) -> list[list[str]]:
+    """/proc/self/mountinfo's entries mounted on `folder`, the topmost last."""
     target = str(folder.absolute())
     try:
         lines = Path("/proc/self/mountinfo").read_text().splitlines()
     except OSError:
-        return False
-    return any(ln.split()[4] == target for ln in lines if len(ln.split()) > 4)
+        return []
+    return [ln.split() for ln in lines if len(ln.split()) > 4 and ln.split()[4] == target]
+
+
+def mounts(folder: Path) -> int:
+    """How many mounts are stacked on `folder` (a tmpfs of its own, a read-only bind above)."""
+    return len(_mount_lines(folder))
+
+
+def mounted(folder: Path) -> bool:
+    """Is `folder` a mount point (our read-only bind or tmpfs still there)?"""
+    return mounts(folder) > 0
+
+
+def fs_type(folder: Path) -> str:
+    """The file system type of the topmost mount on `folder` ("" when none is)."""
+    lines = _mount_lines(folder)
+    if not lines or "-" not in lines[-1]:
+        return ""
+    fields = lines[-1]
+    return fields[fields.index("-") + 1] if fields.index("-") + 1 < len(fields) else ""
+
+
+def tmpfs_on(folder: Path, size_mb: int) -> None:
+    """A tmpfs of `size_mb` MiB of its own on `folder` (made if missing), with whatever the
+    folder held moved onto it, so nothing is hidden beneath it (undo: `tmpfs_off`)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    stash = None
+    if any(folder.iterdir()):
+        stash = Path(tempfile.mkdtemp(prefix=f".{folder.name}-stash.", dir=folder.parent))
+        for entry in folder.iterdir():
+            entry.rename(stash / entry.name)
+    r = _mount("-t", "tmpfs", "-o", f"size={int(size_mb)}m,mode=0755", "soak-state", str(folder))
+    if stash is None:
+        if r.returncode != 0:
+            raise RuntimeFailure(f"mount -t tmpfs {folder}: {r.stderr.strip() or r.returncode} (needs root)")
+        return
+    if r.returncode != 0:  # the contents back where they were
+        for entry in stash.iterdir():
+            entry.rename(folder / entry.name)
+        stash.rmdir()
+        raise RuntimeFailure(f"mount -t tmpfs {folder}: {r.stderr.strip() or r.returncode} (needs root)")
+    shutil.copytree(stash, folder, symlinks=True, dirs_exist_ok=True)
+    shutil.rmtree(stash, ignore_errors=True)
+
+
+def tmpfs_off(folder: Path) -> None:
+    """Take `tmpfs_on`'s tmpfs away, its contents (the filler aside) copied to the folder
+    beneath first, so what the daemons left there stays to read."""
+    stash = Path(tempfile.mkdtemp(prefix=f".{folder.name}-stash.", dir=folder.parent))
+    try:
+        with contextlib.suppress(OSError, shutil.Error):
+            shutil.copytree(folder, stash, symlinks=True, dirs_exist_ok=True,
+                            ignore=shutil.ignore_patterns(FILLER, ".soak-probe-*"))
+        writable(folder)  # an umount, lazy when something holds it open
+        if not mounted(folder):
+            with contextlib.suppress(OSError, shutil.Error):
+                shutil.copytree(stash, folder, symlinks=True, dirs_exist_ok=True)
+    finally:
+        shutil.rmtree(stash, ignore_errors=True)
+
+
+FILLER = ".soak-filler"  # state-full's file: root's, in the full folder
+
+
+def free_bytes(folder: Path) -> int:
+    st = os.statvfs(folder)
+    return st.f_bavail * st.f_frsize
+
+
+def fill(folder: Path) -> int:
+    """Grow root's filler file in `folder` (made if missing) until its file system has no
+    room left: posix_fallocate of the free bytes, then writes of 1 MiB and 4 KiB until
+    ENOSPC. Returns the bytes it grew by."""
+    fd = os.open(folder / FILLER, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC,
+                 0o600)
+    try:
+        before = os.fstat(fd).st_size
+        free = free_bytes(folder)
+        if free > 0:
+            with contextlib.suppress(OSError):  # ENOSPC: a daemon took a page meanwhile
+                os.posix_fallocate(fd, before, free)
+        for chunk in (1 << 20, 4096):
+            block = b"\0" * chunk
+            while True:
+                try:
+                    os.write(fd, block)
+                except OSError as e:
+                    if e.errno != errno.ENOSPC:
+                        raise
+                    break
+        return os.fstat(fd).st_size - before
+    finally:
+        os.close(fd)
 
 
 class Injector:
@@ -238,7 +344,8 @@ class Injector:
 
     def _holds(self, f: Fault, ev: dict[str, Any]) -> bool:
         """Did it happen, and is it over? (what the test and the JSON report rely on)"""
-        if f.kind not in ("bridge-stop", "state-readonly", "agent-fail") and ev.get("on_clock") is not True:
+        if (f.kind not in ("bridge-stop", "state-readonly", "state-full", "agent-fail")
+                and ev.get("on_clock") is not True):
             return False  # a daemon started again off the cluster's clock
         if f.kind == "bridge-kill":
             return bool(ev.get("pid_after")) and ev["pid_after"] != ev.get("pid_before")
@@ -255,6 +362,10 @@ class Injector:
         if f.kind == "state-readonly":
             return (ev.get("write_error") == "EROFS" and ev.get("write_error_after") == ""
                     and ev.get("still_mounted") is False
+                    and ev.get("heartbeat_back_real_s") is not None)
+        if f.kind == "state-full":
+            return (ev.get("write_error") == "ENOSPC" and ev.get("write_error_at_end") == "ENOSPC"
+                    and ev.get("filler_removed") is True and ev.get("write_error_after") == ""
                     and ev.get("heartbeat_back_real_s") is not None)
         if f.kind == "agent-fail":
             return (bool(ev.get("agent_error")) and (ev.get("changed_midway") or 0) >= 1
@@ -440,6 +551,7 @@ class Injector:
 
     def _state_readonly(self, f: Fault, ev: dict[str, Any]) -> Undo | None:
         folder = self.c.state
+        below = mounts(folder)  # state-full's tmpfs may lie beneath the bind
         read_only(folder)
         ev["folder"] = str(folder)
         ev["write_error"] = write_error(folder)
@@ -449,7 +561,66 @@ class Injector:
             since = time.time()
             writable(folder)
             ev["write_error_after"] = write_error(folder)
-            ev["still_mounted"] = mounted(folder)
+            ev["still_mounted"] = mounts(folder) > below
+            ev["heartbeat_back_real_s"] = self._heartbeat_back(since)
+
+        return undo
+
+    def _state_full(self, f: Fault, ev: dict[str, Any]) -> Undo | None:
+        folder = self.c.state
+        kind = fs_type(folder)
+        if kind != "tmpfs":  # never fill a real disk
+            raise RuntimeFailure(f"state-full: {folder} is not a tmpfs of its own ({kind or 'no mount'}): "
+                                 "SoakCluster(state_tmpfs_mb=...) mounts one")
+        st = os.statvfs(folder)
+        ev["folder"], ev["size_bytes"] = str(folder), st.f_blocks * st.f_frsize
+        try:
+            ev["filled_bytes"] = fill(folder)
+            ev["free_bytes"] = free_bytes(folder)
+            ev["write_error"] = write_error(folder)
+        except BaseException:
+            (folder / FILLER).unlink(missing_ok=True)  # no undo is registered for a fault that never began
+            raise
+        stop = threading.Event()
+        topped = [0]
+        written: set[float] = set()  # the snapshot's mtimes seen while full, after the first
+
+        def mtime() -> float | None:
+            try:
+                return self.snapshot.stat().st_mtime
+            except OSError:
+                return None
+
+        first = mtime()
+
+        def keep() -> None:
+            # slurmctld frees pages as it purges ended jobs' scripts: the filler takes them
+            # back within 20 ms, before the daemon's next snapshot (once a real second) fits.
+            while not stop.wait(0.02):
+                with contextlib.suppress(OSError):
+                    if free_bytes(folder) > 0:
+                        topped[0] += fill(folder)
+                m = mtime()
+                if m is not None and m != first:
+                    written.add(m)
+
+        keeper = threading.Thread(target=keep, name="state-full-keeper", daemon=True)
+        keeper.start()
+
+        def undo() -> None:
+            stop.set()
+            keeper.join(timeout=10)
+            with contextlib.suppress(OSError):
+                topped[0] += fill(folder)
+            ev["topped_up_bytes"] = topped[0]
+            ev["snapshot_writes_while_full"] = len(written)
+            ev["write_error_at_end"] = write_error(folder)
+            ev["snapshot_age_s"] = self._snapshot_age_trace_s()
+            since = time.time()
+            (folder / FILLER).unlink(missing_ok=True)
+            ev["filler_removed"] = not (folder / FILLER).exists()
+            ev["write_error_after"] = write_error(folder)
+            ev["free_bytes_after"] = free_bytes(folder)
             ev["heartbeat_back_real_s"] = self._heartbeat_back(since)
 
         return undo
@@ -579,7 +750,8 @@ class Injector:
         `sleep_s` trace seconds long: its id. Root's, outside the trace."""
         part = self._node(node).get("Partitions", "").split(",")[0]
         argv = ["sbatch", "--parsable", "-J", "soak-agent-probe", "-w", node, f"--gres={gres}",
-                "--energy=efficiency", "-n", "1", "-t", "10", "-o", "/dev/null",
+                # The limit outlasts the sleep (trace minutes): a probe ends COMPLETED, not TIMEOUT.
+                "--energy=efficiency", "-n", "1", "-t", str(int(sleep_s) // 60 + 10), "-o", "/dev/null",
                 *(["-p", part] if part else []), "--wrap", f"sleep {int(sleep_s)}"]
         r = self.c.runner.run(argv, check=False, timeout=60)
         jid = r.stdout.strip().split(";")[0]
@@ -635,12 +807,17 @@ class SoakCluster(DevReplayCluster):
     """The dev cluster as replay's cluster, with a soak's injector: `down` first stops the
     injector and undoes a fault in progress (a stopped daemon continued, a mount taken away),
     then stops the cluster. `hooks`: the node agent's Prolog/Epilog kept; `boot_site`: the
-    site booted instead of the replay's (the same with a probe node: the soak's `soak_site`)."""
+    site booted instead of the replay's (the same with a probe node: the soak's `soak_site`).
+    `state_tmpfs_mb`: StateSaveLocation on a tmpfs of that many MiB of its own (state-full
+    fills it), mounted before slurmctld first starts; `down` unmounts it once every daemon has
+    stopped, its contents copied to the folder beneath first."""
 
     def __init__(self, workdir: Path, timeout: float = 180.0, watch: Path | None = None,
-                 hooks: bool = False, boot_site: Site | None = None) -> None:
+                 hooks: bool = False, boot_site: Site | None = None, state_tmpfs_mb: int = 0) -> None:
         super().__init__(workdir, timeout, hooks=hooks)
         self.boot_site = boot_site
+        self.state_tmpfs_mb = state_tmpfs_mb
+        self.state_tmpfs = False  # ours is mounted
         self.injector: Injector | None = None
         self.monitoring: Monitoring | None = None
         self.watch = watch  # a site file: `up` starts the exporters and Prometheus (`monitor`)
@@ -671,17 +848,48 @@ class SoakCluster(DevReplayCluster):
         self.injector.start()
         return self.injector
 
+    def _fresh(self) -> None:
+        """As a replay's arm starts: a previous run's mounts on this workdir's state folder
+        taken away before the folder goes, then (with `state_tmpfs_mb`) the new tmpfs."""
+        state = self.cluster.state
+        if (self.workdir / MARK).exists() and mounted(state):
+            self.cluster.down(log=lambda *_: None)
+            self._unmount_state(0)
+        super()._fresh()
+        if self.state_tmpfs_mb:
+            tmpfs_on(self.cluster.state, self.state_tmpfs_mb)
+            self.state_tmpfs = True
+
+    def _unmount_state(self, keep: int) -> None:
+        """Every mount on the state folder above the lowest `keep` (a read-only bind above our
+        tmpfs); the tmpfs itself (keep 0) with its contents kept beneath."""
+        state = self.cluster.state
+        for _ in range(8):
+            n = mounts(state)
+            if n <= keep:
+                return
+            if n == 1 and self.state_tmpfs and fs_type(state) == "tmpfs":
+                tmpfs_off(state)
+                self.state_tmpfs = False
+            else:
+                writable(state)
+
     def down(self) -> None:
         if self.injector is not None:
             self.injector.abort()
         if self.monitoring is not None:
             self.monitoring.stop()
-        if mounted(self.cluster.state):  # never leave a read-only bind behind
-            with contextlib.suppress(RuntimeFailure):
-                writable(self.cluster.state)
+        # Never leave a read-only bind behind (above our tmpfs, which the daemons still use).
+        with contextlib.suppress(RuntimeFailure):
+            self._unmount_state(1 if self.state_tmpfs else 0)
         for switch in self.cluster.dev.glob(f"*/{FAIL_SWITCH}"):  # nor a failing device
             switch.unlink(missing_ok=True)
-        super().down()
+        try:
+            super().down()
+        finally:
+            if self.state_tmpfs:  # nor our tmpfs, once every daemon has stopped
+                with contextlib.suppress(RuntimeFailure, OSError):
+                    self._unmount_state(0)
 
 
 def bridge_margin_s(speed: float) -> float:

@@ -10,7 +10,7 @@ the timeline (faults, alerts, queue) is drawn.
 The cluster keeps the node agent's Prolog/Epilog (`--hooks`): every job's body starts after
 its Prolog. The KTH site has no accelerators: the soak boots a probe node with two fake
 GPUs beside it, which no trace job asks for, so the devices check reads them (none left with a
-policy); `--short --faults all` (agent-fail) is where policies are applied to them."""
+policy); `--short --faults` naming agent-fail is where policies are applied to them."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The soak's pieces that need no cluster: the submitter that waits out a controller outage
 (against a fake Slurm that is down for a while), the observer's bookkeeping, the schedule's
 seeding and the audit's verdicts; agent-fail's switch in the fake backend and the devices
-check on a crafted fake-device state."""
+check on a crafted fake-device state; state-full's filler on a tiny tmpfs (root only)."""
 
 from __future__ import annotations
 
@@ -17,21 +17,42 @@ from typing import Any
 
 import pytest
 
-from slurm_hetero.devcluster.faults import devices_left
+from slurm_hetero.devcluster.faults import (
+    FILLER,
+    Injector,
+    SoakCluster,
+    devices_left,
+    fill,
+    fs_type,
+    mounted,
+    mounts,
+    read_only,
+    tmpfs_off,
+    tmpfs_on,
+    writable,
+    write_error,
+)
 from slurm_hetero.energy import agent
 from slurm_hetero.energy.fake import FAIL_SWITCH, FakeDevices
 from slurm_hetero.energy.state import AgentConfig
 from slurm_hetero.errors import InputError
 from slurm_hetero.replay.clockmap import ClockMap
 from slurm_hetero.replay.faults import (
+    ALERT_FOR,
+    BLOCKING,
+    DAY_KINDS,
+    DURATIONS,
     KINDS,
     SHORT_DURATIONS,
+    SHORT_KINDS,
+    Fault,
     Observer,
     PatientSubmitter,
     Seen,
     audit,
     parse_kinds,
     plan,
+    transient,
 )
 from slurm_hetero.replay.sacct import JobRecord
 from slurm_hetero.replay.submit import Request
@@ -245,4 +266,107 @@ def test_agent_fail_is_planned_on_a_node_with_devices() -> None:
               device_nodes=["gpu-1"])
     assert {f.kind: f.node for f in fs}["agent-fail"] == "gpu-1"
     assert {f.kind: f.node for f in fs}["slurmd-kill"] in ("n1", "n2")
-    assert len(plan(list(KINDS), 7200, 293, ["n1"], SHORT_DURATIONS, gap_s=300)) == len(KINDS)  # fits
+    assert len(plan(list(DAY_KINDS), 7200, 293, ["n1"], SHORT_DURATIONS, gap_s=300)) == len(DAY_KINDS)  # fits
+    with pytest.raises(InputError, match="do not fit"):  # all ten do not, in 2 hours
+        plan(list(KINDS), 7200, 293, ["n1"], SHORT_DURATIONS, gap_s=300)
+
+
+# ---- state-full: StateSaveLocation on a tmpfs of its own, filled -----------------------------
+def test_state_full_is_planned_blocks_and_is_meant_the_stale_snapshot_alert() -> None:
+    assert parse_kinds("state-full") == ["state-full"] and "state-full" in parse_kinds("all")
+    # The defaults stay what they were: the day's nine, the short soak's three.
+    assert "state-readonly" not in parse_kinds("default") and "state-full" in parse_kinds("default")
+    assert list(DAY_KINDS) == [k for k in KINDS if k != "state-readonly"]
+    assert parse_kinds("default", short=True) == list(SHORT_KINDS)
+    assert (DURATIONS["state-full"], SHORT_DURATIONS["state-full"]) == (1800, 600)
+    (f,) = plan(["state-full"], 7200, 293, ["n1"], SHORT_DURATIONS, gap_s=300)
+    assert f.for_s == 600 and f.node == "" and 360 <= f.at_s <= 6840 - 600
+    assert "state-full" in BLOCKING and ALERT_FOR["state-full"] == ALERT_FOR["state-readonly"] == "HeteroSnapshotStale"
+    assert transient("sbatch: error: Batch job submission failed: No space left on device")
+
+
+def holds(kind: str, ev: dict[str, Any]) -> bool:
+    """Injector._holds alone (it reads only the fault and its evidence)."""
+    return Injector.__new__(Injector)._holds(Fault(kind, 100.0, 600.0), ev)
+
+
+def test_state_full_holds_only_when_full_throughout_then_writable_and_the_heartbeat_back() -> None:
+    ev = {"write_error": "ENOSPC", "write_error_at_end": "ENOSPC", "filler_removed": True,
+          "write_error_after": "", "heartbeat_back_real_s": 1.2}
+    assert holds("state-full", ev)  # no daemon restarted: no clock to check
+    for key, bad in (("write_error", ""), ("write_error", "EROFS"), ("write_error_at_end", ""),
+                     ("filler_removed", False), ("write_error_after", "ENOSPC"), ("heartbeat_back_real_s", None)):
+        assert not holds("state-full", {**ev, key: bad}), key
+    assert not holds("state-readonly", ev)  # EROFS is the read-only fault's evidence
+
+
+def root_mounts() -> None:
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+
+
+@pytest.fixture
+def tiny_tmpfs(tmp_path: Path) -> Any:
+    """A 1 MiB tmpfs on tmp_path/state, whatever the test leaves mounted taken away after."""
+    root_mounts()
+    folder = tmp_path / "state"
+    try:
+        tmpfs_on(folder, 1)
+    except Exception as e:  # no CAP_SYS_ADMIN here (a container)
+        pytest.skip(f"cannot mount a tmpfs: {e}")
+    yield folder
+    for _ in range(4):
+        if mounted(folder):
+            writable(folder)
+
+
+def test_a_full_tmpfs_fails_every_write_with_enospc_until_the_filler_goes(tiny_tmpfs: Path) -> None:
+    folder = tiny_tmpfs
+    assert fs_type(folder) == "tmpfs" and mounts(folder) == 1 and write_error(folder) == ""
+    (folder / "job_state").write_bytes(b"s" * 8192)
+    assert fill(folder) > 0 and write_error(folder) == "ENOSPC"
+    assert not list(folder.glob(".soak-probe-*"))  # the probe cleans up after itself
+    (folder / "job_state").unlink()  # a daemon frees pages: the filler takes them back
+    assert write_error(folder) == "" and fill(folder) >= 8192 and write_error(folder) == "ENOSPC"
+    (folder / FILLER).unlink()
+    assert write_error(folder) == ""
+    read_only(folder)  # state-readonly over state-full's tmpfs: its own mount, EROFS
+    assert mounts(folder) == 2 and write_error(folder) == "EROFS"
+    writable(folder)
+    assert mounts(folder) == 1 and fs_type(folder) == "tmpfs"
+
+
+def test_the_tmpfs_hides_nothing_and_down_leaves_no_mount(tmp_path: Path) -> None:
+    root_mounts()
+    folder = tmp_path / "plain"
+    folder.mkdir()
+    (folder / "before").write_text("kept\n")
+    try:
+        tmpfs_on(folder, 1)
+    except Exception as e:
+        pytest.skip(f"cannot mount a tmpfs: {e}")
+    try:
+        assert (folder / "before").read_text() == "kept\n"  # moved onto the tmpfs
+        (folder / "during").write_text("written\n")
+        fill(folder)
+        tmpfs_off(folder)
+        assert not mounted(folder) and sorted(p.name for p in folder.iterdir()) == ["before", "during"]
+        # The soak's cluster: its tmpfs from the arm's start, gone (read-only bind above too) at down.
+        sc = SoakCluster(tmp_path / "w", state_tmpfs_mb=1)
+        sc._fresh()
+        state = sc.cluster.state
+        assert fs_type(state) == "tmpfs" and sc.state_tmpfs
+        (state / "hetero-snapshot.lua").write_text("return {}\n")
+        read_only(state)
+        sc.down()
+        assert not mounted(state) and (state / "hetero-snapshot.lua").exists()
+        # A soak killed outright left its tmpfs: the next arm in that workdir takes it away first.
+        tmpfs_on(state, 1)
+        again = SoakCluster(tmp_path / "w")
+        again._fresh()
+        assert not mounted(again.cluster.state) and not again.state_tmpfs
+    finally:
+        for f in (folder, tmp_path / "w" / "state"):
+            for _ in range(4):
+                if mounted(f):
+                    writable(f)
