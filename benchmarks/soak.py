@@ -1,15 +1,15 @@
-"""A day under faults: replay a trace window on the dev cluster, accelerated, with
-the bridge, its runtime model and the users' online history on, while a seeded schedule of
-faults hits it; then the same window without faults (the baseline). Figures, faulted vs
-baseline: jobs lost (sbatch gave an id, accounting never heard of it: must be 0), jobs killed
-before their user's own limit (must be 0), accounting records missing an end or wrong
-(sacct against what slurmctld showed while the replay ran), devices left with a job's
-energy policy while no job holds them (must be 0: at each fault's end and at the end), the
-alerts that fired and cleared (the exporters and a Prometheus with the shipped rules run
-beside the cluster: the alert meant for each fault, replay/faults.py ALERT_FOR, must fire and
-clear; faults with none meant say why), the exporters' scrape gaps, waits and AVEbsld. Each
-run's timeline (faults, alerts, pending and running jobs) goes into the JSON and is drawn as
-an SVG beside it (`OUT-<run>-timeline.svg`; the workdir without --json).
+"""A day under faults: replay a trace window on the dev cluster, accelerated, with the bridge, its
+runtime model, the users' online history, the power keeper and containers for a share of the
+jobs on, while a seeded schedule of faults hits it; then the same window without faults (the
+baseline). Figures, faulted vs baseline: jobs lost (sbatch gave an id, accounting never heard
+of it: must be 0), jobs killed before their user's own limit (must be 0), accounting records
+missing an end or wrong (sacct against what slurmctld showed while the replay ran), devices
+left with a job's energy policy while no job holds them (must be 0: at each fault's end and at
+the end), the alerts that fired and cleared (the exporters and a Prometheus with the shipped
+rules run beside the cluster: the alert meant for each fault, replay/faults.py ALERT_FOR, must
+fire and clear; faults with none meant say why), the exporters' scrape gaps, waits and AVEbsld.
+Each run's timeline (faults, alerts, pending and running jobs) goes into the JSON and is drawn
+as an SVG beside it (`OUT-<run>-timeline.svg`; the workdir without --json).
 
 The rules on a replay clock (devcluster/faults.py `soak_settings`, `rules_on_clock`): the
 exporters run on the cluster's faked clock, Prometheus on real time; limits on published ages
@@ -36,10 +36,31 @@ imports take 0.06-0.11 s here, the rest is its `scontrol show job`). slurmd's ti
 cannot kill the hooks: MessageTimeout and BatchStartTimeout are scaled by the speed,
 PrologEpilogTimeout too where set (unset: none).
 
+The power keeper (`--power`, the default; `--no-power`: off): the booted site gets `power:`
+(SOAK_POWER: method devcluster, a node's slurmd stopped and started again with -b; suspend
+after 300 trace s idle, SuspendTimeout 900 and ResumeTimeout 3000 trace s, as a slurmd's stop
+or start takes real seconds x speed) unless it has power of its own; the probe partition is
+excluded. The keeper runs in the bridge daemon each round (so with bridge-nomodel too), on the
+cluster's clock; the replay cluster keeps every power setting (`accelerate_conf` strips only
+hooks). Its decisions are counted from hetero-power.log (`power`: powered down, up, refused,
+failed, never registered): none powered down, or an action failed, fails the soak. Measured
+(--short): 6-7 down, 3-4 up, the audit unchanged (nothing lost or killed early).
+
+Containers (`--container-share F`, default 0.1; 0: none): that seeded share of the jobs
+(`wants_container`, apart from the energy share) asks `--image=soak:1` through the bridge;
+the booted site gets that image with a busybox variant per (arch, stack) of its node groups
+(and a CUDA driver where it says none), the bundles are built in the cluster's images folder
+once it is up, and the rendered oci.conf runs the wrapper and runc. A container job's body
+(replay/faults.py CONTAINER_BODY) prints its image's /etc/hetero-variant into its own output
+(`container-jobs/JOBID.out`) and sleeps runtime ÷ speed real seconds (busybox is static and
+the preload library is not in the image: no faked clock inside). `containers` in the JSON:
+asked, ran in a container (that line), unfinished at the replay's stop, ended, and ended as
+expected (COMPLETED, or at the own limit and not before); one ended otherwise fails the soak.
+
     .venv/bin/python benchmarks/soak.py [--short] [--workload kth|alibaba] [--faults default|all|none|K1,K2]
         [--seed 36] [--speed 50] [--hours 24] [--warmup-hours 1] [--drain-hours 6] [--start band|EPOCH]
-        [--users local|root] [--no-baseline] [--no-monitor] [--no-hooks] [--energy-share F] [--workdir DIR]
-        [--json OUT]
+        [--users local|root] [--no-baseline] [--no-monitor] [--no-hooks] [--no-power] [--container-share F]
+        [--energy-share F] [--workdir DIR] [--json OUT]
 
 The faults (slurm_hetero/replay/faults.py says what each is, devcluster/faults.py how it is
 injected and undone): the bridge daemon SIGKILLed, and SIGSTOPped for an hour (trace) then
@@ -90,6 +111,7 @@ from typing import Any
 
 import yaml
 
+from slurm_hetero.containers.bundle import busybox_variants
 from slurm_hetero.devcluster import procs
 from slurm_hetero.devcluster.faults import (
     Injector,
@@ -98,6 +120,7 @@ from slurm_hetero.devcluster.faults import (
     agent_figures,
     bridge_margin_s,
     devices_left,
+    power_figures,
 )
 from slurm_hetero.errors import InputError, RuntimeFailure
 from slurm_hetero.fileio import write_json_atomic
@@ -107,6 +130,7 @@ from slurm_hetero.replay.clockmap import calibrate
 from slurm_hetero.replay.faults import (
     ALERT_FOR,
     BLOCKING,
+    CONTAINER_BODY,
     DURATIONS,
     KINDS,
     SHORT_DURATIONS,
@@ -115,6 +139,7 @@ from slurm_hetero.replay.faults import (
     Observer,
     PatientSubmitter,
     audit,
+    container_figures,
     dbd_queue,
     match_alerts,
     parse_kinds,
@@ -137,9 +162,11 @@ PODS = ROOT.parent / "shared" / "traces" / "alibaba-gpu-2023-pods.csv"
 # while two jobs submitted meanwhile (heartbeat still fresh) pass their shortened limits.
 SHORT_START = 861282481
 SHORT_SEED = 293
-# With --hooks, a site without accelerators (KTH) boots with this node group added in a
-# partition of its own, which no trace job asks for (the bridge routes only --accel jobs):
-# its two fake GPUs are what agent-fail's probe jobs get a policy on. The window and the
+# With --hooks, the site boots with this node group added in a partition of its own, which no
+# trace job asks for (the bridge routes only --accel jobs, and no trace asks its model): its two
+# fake GPUs are what agent-fail's probe jobs get a policy on, on a site without accelerators
+# (KTH) always, elsewhere when the seeded node has no two devices free at the fault's start
+# (the Alibaba day: every GPU node busy then, and the probe waited out the fault). The window and the
 # figures (capacity, utilisation) stay the trace site's.
 PROBE_PARTITION = "soak-probe"
 # state-full: StateSaveLocation's tmpfs (MiB). The short window's state takes about 1 MiB.
@@ -151,17 +178,81 @@ PROBE_GROUP = {"names": PROBE_NODE, "resource_type": "GPU", "architecture": "x86
                "partitions": [PROBE_PARTITION]}
 
 
-def soak_site(site: Site, site_path: Path, out: Path) -> tuple[Site, Path]:
-    """The site the soak's cluster boots with hooks: `site` itself when it has accelerators,
-    else a copy with PROBE_GROUP (written to `out`, the exporters read it)."""
-    if any(g.accelerators for g in site.node_groups):
+# --power (the default): the keeper (run by the bridge daemon each round) powers idle nodes
+# down through the dev cluster's method (a node's slurmd stopped; started with -b when Slurm
+# resumes it). Times in trace seconds: the keeper reads the cluster's clock, and slurmctld's
+# SuspendTimeout/ResumeTimeout run on it too, while stopping and starting a slurmd takes real
+# seconds (x speed in trace seconds): the timeouts are wide. A node idle 5 trace minutes
+# sleeps (the keeper keeps one idle node per pool awake); the probe partition never does.
+SOAK_POWER: dict[str, Any] = {"enabled": True, "method": "devcluster", "suspend_time": 300,
+                              "suspend_timeout": 900, "resume_timeout": 3000, "boot_delay": 0.0}
+
+
+# --container-share: the image the container jobs ask for (`--image=`), with a busybox bundle
+# per (arch, stack) of the booted site's node groups, built in the cluster's images folder
+# (containers/bundle.py, as tests/integration's `images` fixture does); CUDA variants need
+# the nodes' driver, which a site without containers settings gets here.
+SOAK_IMAGE = "soak:1"
+CONTAINER_OUT = "container-jobs"  # in each run's workdir: the container jobs' outputs
+SOAK_CUDA = {"version": "12.4", "min_driver": "550.54.14"}
+SOAK_CUDA_DRIVER = {"driver": "550.54.14", "max_version": "12.4"}
+
+
+def image_variants(groups: list[dict[str, Any]], catalog_stack: dict[str, str]) -> list[dict[str, Any]]:
+    """SOAK_IMAGE's variants: one per (arch, stack) of the site file's node groups.
+
+    >>> image_variants([{"architecture": "x86_64"}, {"architecture": "x86_64",
+    ...                  "accelerators": [{"model": "a100-80gb", "count": 2}]}], {"a100-80gb": "cuda"})
+    ... # doctest: +NORMALIZE_WHITESPACE
+    [{'arch': 'x86_64', 'stack': 'cpu'},
+     {'arch': 'x86_64', 'stack': 'cuda', 'version': '12.4', 'min_driver': '550.54.14'}]
+    """
+    out: list[dict[str, Any]] = []
+    for g in groups:
+        accels = g.get("accelerators") or []
+        stack = catalog_stack[accels[0]["model"]] if accels else "cpu"
+        if stack not in ("cpu", "cuda"):
+            raise InputError(f"--container-share: no soak image for {stack} nodes; give --container-share 0")
+        v = {"arch": g["architecture"], "stack": stack, **(SOAK_CUDA if stack == "cuda" else {})}
+        if v not in out:
+            out.append(v)
+    return out
+
+
+def soak_site(site: Site, site_path: Path, out: Path, probe: bool = True,
+              power: bool = False, containers: bool = False) -> tuple[Site, Path]:
+    """The site the soak's cluster boots: `site` itself when it needs nothing added, else a
+    copy (written to `out`, the exporters read it) with, under `probe` (hooks), PROBE_GROUP;
+    under `power`, SOAK_POWER unless the site has power on;
+    under `containers`, SOAK_IMAGE (and the CUDA driver, unless the site says its own)."""
+    add_probe = probe
+    add_power = power and not site.power.enabled
+    add_image = containers and SOAK_IMAGE not in site.images
+    if not add_probe and not add_power and not add_image:
         return site, site_path
     doc = yaml.safe_load(site_path.read_text())
-    doc["partitions"] = [*doc.get("partitions", []),
-                         {"name": PROBE_PARTITION, "max_time": "1:00:00", "default_time": "0:10:00"}]
-    doc["node_groups"] = [*doc.get("node_groups", []), PROBE_GROUP]
+    said = []
+    if add_probe:
+        doc["partitions"] = [*doc.get("partitions", []),
+                             {"name": PROBE_PARTITION, "max_time": "1:00:00", "default_time": "0:10:00"}]
+        doc["node_groups"] = [*doc.get("node_groups", []), PROBE_GROUP]
+        said.append("a probe node for agent-fail")
+    if add_power:
+        doc["power"] = {**SOAK_POWER, **({"exclude_partitions": [PROBE_PARTITION]} if add_probe else {})}
+        said.append("the power keeper on (devcluster)")
+    if add_image:
+        stacks = {m.id: m.stack for g in site.node_groups for a in g.accelerators for m in [a.model]}
+        stacks.update({"a100-80gb": "cuda"})  # PROBE_GROUP's
+        variants = image_variants(doc["node_groups"], stacks)
+        doc["images"] = {**(doc.get("images") or {}),
+                         SOAK_IMAGE: {"description": "busybox, for the soak's container jobs",
+                                      "variants": variants}}
+        if any(v["stack"] == "cuda" for v in variants):
+            ct = doc["containers"] = doc.get("containers") or {}
+            ct["drivers"] = {"cuda": SOAK_CUDA_DRIVER, **(ct.get("drivers") or {})}
+        said.append(f"the image {SOAK_IMAGE} for container jobs")
     doc["name"] = site.name  # the same cluster name: accounting and the model stay the site's
-    out.write_text("# benchmarks/soak.py: the trace's site with a probe node for agent-fail\n"
+    out.write_text(f"# benchmarks/soak.py: the trace's site with {' and '.join(said)}\n"
                    + yaml.safe_dump(doc, sort_keys=False))
     return load_site(out), out
 
@@ -241,12 +332,15 @@ def summary(res: ArmResult, sub: PatientSubmitter, obs: Observer, records: dict[
 def one_run(name: str, base: Path, site: Site, sel: Selection, window: Window, arm: Arm, speed: float,
             model: Path | None, faults: list[Fault], drain_hours: float, users: str,
             say: Any, monitor: bool = True, energy_share: float = 0.0,
-            seed: int = 0, hooks: bool = False,
-            boot: tuple[Site, Path] | None = None) -> tuple[dict[str, Any], list[dict[str, Any]], ArmResult]:
+            seed: int = 0, hooks: bool = False, boot: tuple[Site, Path] | None = None,
+            power: bool = False, container_share: float = 0.0,
+            ) -> tuple[dict[str, Any], list[dict[str, Any]], ArmResult]:
     """One replay of the window (with `faults`, or none): its summary (with the devices left
     with a policy, the alerts and the timeline), the faults' records and the arm's result.
     `hooks`: the node agent's Prolog/Epilog on; `boot`: the site (and its file) the cluster
-    boots with, when not `site` (`soak_site`)."""
+    boots with, when not `site` (`soak_site`); `power`: the keeper is on (its decisions are
+    counted from hetero-power.log); `container_share`: that share of the jobs runs its body
+    in SOAK_IMAGE (busybox bundles built once the cluster is up)."""
     made: list[SoakCluster] = []
     subs: list[PatientSubmitter] = []
     state: dict[str, Any] = {"obs": None, "inj": None, "dbd_left": None, "mon": None, "clock": None,
@@ -273,6 +367,13 @@ def one_run(name: str, base: Path, site: Site, sel: Selection, window: Window, a
         if c.monitoring is not None and c.monitor_problem is None:
             c.monitoring.clock, c.monitoring.t0 = state["clock"], t0
             state["mon"] = c.monitoring
+        if container_share > 0:
+            busybox_variants(boot_site, str(c.cluster.workdir / "images"))
+            (c.workdir / CONTAINER_OUT).mkdir(exist_ok=True)
+            os.chmod(c.workdir / CONTAINER_OUT, 0o1777)  # --users local: each job writes its own
+            script = c.workdir / "soak-container-job.sh"
+            script.write_text(CONTAINER_BODY)
+            os.chmod(script, 0o755)
         state["obs"] = Observer(c.runner)
         state["obs"].start()
         if faults:
@@ -307,6 +408,10 @@ def one_run(name: str, base: Path, site: Site, sel: Selection, window: Window, a
     def submitter(*a: Any, **kw: Any) -> PatientSubmitter:
         kw.update(retry_s=retry_s, before_drain=before_drain, after_drain=after_drain,
                   energy_share=energy_share, energy_seed=seed)
+        if container_share > 0:
+            w = made[-1].workdir
+            kw.update(container_share=container_share, container_seed=seed, container_image=SOAK_IMAGE,
+                      container_script=str(w / "soak-container-job.sh"), container_out=str(w / CONTAINER_OUT))
         subs.append(PatientSubmitter(*a, **kw))
         return subs[-1]
 
@@ -328,6 +433,16 @@ def one_run(name: str, base: Path, site: Site, sel: Selection, window: Window, a
     summ["hooks"] = hooks
     summ.update(state["agent"])
     summ["prolog_delay"] = prolog_delay(res)
+    if power:
+        try:
+            text = (made[-1].cluster.log / "hetero-power.log").read_text(errors="replace")
+        except OSError:
+            text = ""  # no power program ran: the keeper powered nothing down
+        summ["power"] = power_figures(text)
+    if container_share > 0:
+        folder = made[-1].workdir / CONTAINER_OUT
+        outputs = {f.stem: f.read_text(errors="replace") for f in folder.glob("*.out")}
+        summ["containers"] = container_figures(res.outcomes, subs[-1].with_container, outputs)
     return summ, recs, res
 
 
@@ -409,7 +524,9 @@ def show(runs: dict[str, dict[str, Any]]) -> None:
         print(f"  [{n}] retries {r['retries']}, bad states {r['bad_states']}, observer polls "
               f"{r['observer_polls']} ({r['observer_failed_polls']} unanswered), DBD queue at the end "
               f"{r['dbd_queue_at_end']}, audit examples {examples}, completed jobs' run past their trace "
-              f"runtime (launch, with hooks the Prolog) {r.get('prolog_delay')}")
+              f"runtime (launch, with hooks the Prolog) {r.get('prolog_delay')}"
+              + (f", power {r['power']}" if "power" in r else "")
+              + (f", containers {r['containers']}" if "containers" in r else ""))
 
 
 def broken(runs: dict[str, dict[str, Any]], records: list[dict[str, Any]]) -> list[str]:
@@ -425,6 +542,15 @@ def broken(runs: dict[str, dict[str, Any]], records: list[dict[str, Any]]) -> li
         left = [n for n in r.get("devices_left_at_fault_ends", []) if n]
         if left:
             out.append(f"{name}: devices left with a policy at a fault's end: {left}")
+        pw = r.get("power")
+        if pw is not None and not pw["down"]:
+            out.append(f"{name}: power: the keeper powered no node down ({pw})")
+        if pw is not None and (pw["failed"] or pw["resume_failed"]):
+            out.append(f"{name}: power: actions failed ({pw})")
+        ct = r.get("containers")
+        if ct is not None and (not ct["ran_in_container"] or ct["ended_as_expected"] < ct["ended"]):
+            out.append(f"{name}: containers: {ct['ran_in_container']} of {ct['asked']} ran in one, "
+                       f"{ct['ended_as_expected']} of {ct['ended']} ended as expected ({ct['examples']})")
         if r.get("monitored") and r.get("devices_checked") is None:
             out.append(f"{name}: the devices were not checked")
         if r.get("monitored") and "alerts" not in r and not r.get("monitor_problem"):
@@ -469,6 +595,12 @@ def main(argv: list[str] | None = None) -> int:
                    help="keep the node agent's Prolog/Epilog on the replay clock: policies applied "
                         "and restored, agent-fail possible; each job's body starts later by the "
                         "Prolog's real time x speed [on]")
+    p.add_argument("--power", action=argparse.BooleanOptionalAction, default=True,
+                   help="the power keeper on (devcluster method; unless the site has power): idle "
+                        "nodes sleep, its decisions counted from hetero-power.log [on]")
+    p.add_argument("--container-share", type=float, default=0.1,
+                   help=f"share of the jobs whose body runs in a container (--image={SOAK_IMAGE}, "
+                        "runc through the site's wrapper) [0.1]")
     p.add_argument("--energy-share", type=float, default=None,
                    help="share of the accelerator jobs that ask for --energy=efficiency [alibaba 0.3; 0]")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
@@ -518,7 +650,9 @@ def main(argv: list[str] | None = None) -> int:
     base.mkdir(parents=True, exist_ok=True)
     os.chmod(base, 0o755)  # --users local: jobs of other users run in here
     model = train_model(df, window, base / "predict.lua", users=users) if arm.model else None
-    boot = soak_site(site, site_path, base / "soak-site.yaml") if a.hooks else None
+    boot = soak_site(site, site_path, base / "soak-site.yaml", probe=a.hooks, power=a.power,
+                     containers=a.container_share > 0)
+    power = a.power or boot[0].power.enabled
     runs: dict[str, dict[str, Any]] = {}
     results: dict[str, ArmResult] = {}
     records: list[dict[str, Any]] = []
@@ -527,7 +661,8 @@ def main(argv: list[str] | None = None) -> int:
         "trace": trace.name, "site": str(site_path), "workload": a.workload,
         "window": {"start": window.start, "hours": hours, "warmup_hours": warmup, "drain_hours": drain},
         "jobs": len(sel.jobs), "speed": a.speed, "seed": seed, "short": short, "users": users,
-        "arm": arm.name, "hooks": a.hooks,
+        "arm": arm.name, "hooks": a.hooks, "power": power,
+        "container_share": a.container_share,
         "faults": {"kinds": kinds, "schedule": [f.to_json() for f in schedule], "records": records},
     }
     order = [("faulted", schedule)] if schedule else []
@@ -538,7 +673,8 @@ def main(argv: list[str] | None = None) -> int:
             t = time.monotonic()
             summ, recs, res = one_run(name, base, site, sel, window, arm, a.speed, model, faults, drain,
                                       users, say if not a.quiet else None, monitor=a.monitor,
-                                      energy_share=energy_share, seed=seed, hooks=a.hooks, boot=boot)
+                                      energy_share=energy_share, seed=seed, hooks=a.hooks, boot=boot,
+                                      power=power, container_share=a.container_share)
             svg = (a.json.with_name(f"{a.json.stem}-{name}-timeline.svg") if a.json
                    else base / f"{name}-timeline.svg")
             svg.write_text(timeline_svg(summ["timeline"], f"soak {name}: seed {seed}, x{a.speed:g}"))

@@ -996,6 +996,37 @@ def agent_figures(log_text: str) -> dict[str, int]:
             "prologs_failed": len(_PROLOG_FAILED.findall(log_text))}
 
 
+# The power programs' lines (power/program.py): "suspend NODE: powered down", "resume NODE:
+# powered up" or "...: restarted (its suspend had been refused)", "...: refused: WHY",
+# "...: failed: WHY", and ResumeFailProgram's "resume NODE: did not register ...".
+_POWER_LINE = re.compile(r"\] (suspend|resume) (\S+): (powered down|powered up|restarted|refused|failed|"
+                         r"did not register)")
+
+
+def power_figures(log_text: str) -> dict[str, Any]:
+    """From hetero-power.log (Slurm's log folder): the nodes powered down and up (a restart of
+    a node whose suspend was refused counts as up), the suspends refused by the safety rules,
+    the power actions that failed, the resumes that never registered, and which nodes slept.
+
+    >>> power_figures("2026-12-06T15:00:00 [7] suspend sp2-04: powered down\\n"
+    ...               "2026-12-06T15:00:09 [8] resume sp2-04: powered up\\n"
+    ...               "2026-12-06T15:01:00 [9] suspend sp2-03: refused: it holds a job\\n"
+    ...               "2026-12-06T15:02:00 [9] resume sp2-03: restarted (its suspend had been refused)\\n"
+    ...               "2026-12-06T15:03:00 [9] resume sp2-02: did not register within resume_timeout\\n")
+    {'down': 1, 'up': 2, 'refused': 1, 'failed': 0, 'resume_failed': 1, 'nodes_down': ['sp2-04']}
+    """
+    out: dict[str, Any] = {"down": 0, "up": 0, "refused": 0, "failed": 0, "resume_failed": 0}
+    slept: set[str] = set()
+    key = {"powered down": "down", "powered up": "up", "restarted": "up", "refused": "refused",
+           "failed": "failed", "did not register": "resume_failed"}
+    for m in _POWER_LINE.finditer(log_text):
+        out[key[m.group(3)]] += 1
+        if m.group(3) == "powered down":
+            slept.add(m.group(2))
+    out["nodes_down"] = sorted(slept)
+    return out
+
+
 # ---- exporters and Prometheus -----------------------------------------------------------------
 CLOCK_ENV = ("LD_PRELOAD", "FAKETIME", "FAKETIME_SHARED", "FAKETIME_DONT_RESET")
 

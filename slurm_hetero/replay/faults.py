@@ -29,7 +29,7 @@ from typing import Any
 
 from slurm_hetero.errors import InputError, RuntimeFailure
 from slurm_hetero.replay.sacct import NOT_ENDED, JobRecord
-from slurm_hetero.replay.submit import Submission, Submitter, parse_job_id
+from slurm_hetero.replay.submit import ACTIVE, Submission, Submitter, parse_job_id
 from slurm_hetero.replay.window import ReplayJob
 from slurm_hetero.slurm.commands import release_argv
 from slurm_hetero.slurm.runner import Runner
@@ -200,6 +200,85 @@ def wants_energy(trace_id: str, share: float, seed: int) -> bool:
     return share > 0 and random.Random(f"{seed}:{trace_id}").random() < share
 
 
+def wants_container(trace_id: str, share: float, seed: int) -> bool:
+    """Does this job run in a container (`--image=`)? Seeded per job like `wants_energy`,
+    drawn apart from it (a job's energy and container choices are independent).
+
+    >>> sum(wants_container(str(i), 0.1, 36) for i in range(1000)) in range(70, 130)
+    True
+    >>> [wants_container(str(i), 0.5, 1) for i in range(6)]
+    [True, True, False, False, True, True]
+    >>> wants_container("7", 0.0, 36), wants_container("7", 1.0, 36)
+    (False, True)
+    """
+    return share > 0 and random.Random(f"{seed}:container:{trace_id}").random() < share
+
+
+# A container job's body (the soak's --container-share): it runs inside the image, where
+# libfaketime is not (the image's busybox is static, and the preload library is not in its
+# root), so its sleep runs at real speed: it sleeps the trace runtime ÷ the clock's speed
+# ("$2", real seconds), as long on the cluster's clock as the plain body's `sleep "$1"`. Its
+# first line, read from the image's own /etc/hetero-variant, says it ran in the container.
+CONTAINER_MARK = "soak-container:"
+CONTAINER_BODY = ("#!/bin/sh\n# slurm-hetero soak: a trace job's body in a container; $1 its runtime "
+                  "(trace s), $2 that in real seconds\n"
+                  f"echo \"{CONTAINER_MARK} $(cat /etc/hetero-variant)\"\n"
+                  "exec sleep \"$2\"\n")
+
+
+def container_figures(outcomes: Iterable[Any], chosen: Iterable[str],
+                      outputs: Mapping[str, str]) -> dict[str, Any]:
+    """The container jobs' figures: `chosen` their trace ids, `outputs` each job id's output.
+    `ran_in_container`: jobs whose output has the line their body printed inside the image;
+    `unfinished`: jobs still pending or running when the replay stopped (its drain ends once
+    every measured job has started); `ended`: the others, of which `ended_as_expected` ran in
+    the image and ended COMPLETED, or ended at their own limit (TIMEOUT, or the bridge's end)
+    and not before it, as the audit has it: `limit_before_body` of those never printed the
+    line (the limit came while the Prolog and the container's start, real time x speed, still
+    held the body back: slurmd says "already killed, do not launch"); `examples`: the ended
+    ones that did not end as expected (job id, state, evidence).
+
+    >>> from types import SimpleNamespace as O
+    >>> outs = [O(trace_id="1", job_id="11", state="COMPLETED", killed_early=False, at_limit=False),
+    ...         O(trace_id="2", job_id="12", state="TIMEOUT", killed_early=False, at_limit=True),
+    ...         O(trace_id="3", job_id="13", state="FAILED", killed_early=False, at_limit=False),
+    ...         O(trace_id="4", job_id="14", state="RUNNING", killed_early=False, at_limit=False)]
+    >>> line = "soak-container: soak:1 x86_64/cpu\\n"
+    >>> f = container_figures(outs, ["1", "2", "3", "4"], {"11": line, "12": line, "14": line})
+    >>> f["asked"], f["ran_in_container"], f["unfinished"], f["ended"], f["ended_as_expected"], f["examples"]
+    (4, 3, 1, 3, 2, [{'job_id': '13', 'state': 'FAILED', 'in_container': False}])
+    >>> container_figures(outs[1:2], ["2"], {})["limit_before_body"]
+    1
+    """
+    by_trace = {o.trace_id: o for o in outcomes}
+    asked = ran = fine = unfinished = early_limit = 0
+    bad: list[dict[str, Any]] = []
+    variants: dict[str, int] = {}
+    for t in chosen:
+        o = by_trace.get(t)
+        if o is None:
+            continue
+        asked += 1
+        text = outputs.get(o.job_id, "")
+        line = next((ln for ln in text.splitlines() if ln.startswith(CONTAINER_MARK)), None)
+        if line is not None:
+            ran += 1
+            v = line[len(CONTAINER_MARK):].strip()
+            variants[v] = variants.get(v, 0) + 1
+        if o.state in ACTIVE:
+            unfinished += 1
+            continue
+        at_limit = o.at_limit and not o.killed_early
+        ok = (o.state == "COMPLETED" and line is not None) or at_limit
+        early_limit += at_limit and line is None
+        fine += ok
+        if not ok:
+            bad.append({"job_id": o.job_id, "state": o.state, "in_container": line is not None})
+    return {"asked": asked, "ran_in_container": ran, "unfinished": unfinished, "ended": asked - unfinished,
+            "ended_as_expected": fine, "limit_before_body": early_limit, "variants": variants,
+            "examples": bad[:10]}
+
+
 @dataclass
 class PatientSubmitter(Submitter):
     """A Submitter that waits out outages as a user would: an sbatch, release or queue read
@@ -219,6 +298,15 @@ class PatientSubmitter(Submitter):
     energy_policy: str = "efficiency"
     energy_seed: int = 0
     with_energy: list[str] = field(default_factory=list)  # trace ids of the jobs that asked
+    # A seeded share of the jobs runs its body in a container (`--image=container_image`,
+    # through the bridge): `container_script` (CONTAINER_BODY) in place of the replay's, its
+    # output in `container_out`/JOBID.out (the evidence that it ran inside the image).
+    container_share: float = 0.0
+    container_image: str = ""
+    container_script: str = ""
+    container_out: str = ""
+    container_seed: int = 0
+    with_container: list[str] = field(default_factory=list)  # trace ids of the jobs that asked
 
     def sbatch(self, job: ReplayJob) -> list[str]:
         argv = super().sbatch(job)
@@ -226,7 +314,32 @@ class PatientSubmitter(Submitter):
             argv.insert(argv.index("--hold") + 1, f"--energy={self.energy_policy}")
             if job.trace_id not in self.with_energy:
                 self.with_energy.append(job.trace_id)
+        if (self.container_script and self.req.bridge and self.req.work is None
+                and wants_container(job.trace_id, self.container_share, self.container_seed)):
+            argv = self.in_container(argv, job)
+            if job.trace_id not in self.with_container:
+                self.with_container.append(job.trace_id)
         return argv
+
+    def in_container(self, argv: list[str], job: ReplayJob) -> list[str]:
+        """`argv` with the image asked, the container body and its real-time argument, and
+        an output file of its own.
+
+        >>> from pathlib import Path
+        >>> from types import SimpleNamespace as O
+        >>> s = PatientSubmitter.__new__(PatientSubmitter)
+        >>> s.script, s.clock = Path("/w/job.sh"), O(speed=50.0)
+        >>> s.container_image, s.container_script, s.container_out = "soak:1", "/w/c.sh", "/w/c"
+        >>> s.in_container(["sbatch", "--hold", "--ntasks=1", "--output=/dev/null", "/w/job.sh", "600"],
+        ...                O(runtime_s=600))  # doctest: +NORMALIZE_WHITESPACE
+        ['sbatch', '--hold', '--image=soak:1', '--ntasks=1', '--output=/w/c/%j.out', '/w/c.sh', '600',
+         '12.000']
+        """
+        at = argv.index(str(self.script))
+        out = f"--output={self.container_out}/%j.out"
+        head = [a if a != "--output=/dev/null" else out for a in argv[:at]]
+        head.insert(head.index("--hold") + 1, f"--image={self.container_image}")
+        return [*head, self.container_script, str(job.runtime_s), f"{job.runtime_s / self.clock.speed:.3f}"]
 
     def _run(self, argv: list[str]) -> tuple[bool, str, str]:
         """(ok, stdout, the error's last line)."""
