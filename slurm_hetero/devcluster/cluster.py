@@ -307,7 +307,8 @@ class Cluster:
         if d is None:
             return None
         pid = procs.read_pid(d.pidfile)
-        return pid if procs.alive(pid, d.expect) else None
+        # Its name is not enough: a stale pidfile's pid may now be another cluster's slurmctld.
+        return pid if pid and procs.alive(pid, d.expect) and procs.owned_by(pid, self.workdir) else None
 
     def stepds(self, jid: int) -> list[int]:
         """The slurmstepds of this cluster's job `jid` (another cluster on the machine may

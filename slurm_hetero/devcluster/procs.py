@@ -173,13 +173,21 @@ def processes_under(root: Path) -> list[int]:
 def is_under(pid: int, root: Path) -> bool:
     """Whether the process's cwd or an open file lies under root: whose cluster it is, when
     several run on one machine (job ids repeat across them)."""
-    prefix = str(root.resolve()) + "/"
+    top = str(root.resolve())
     try:
         links = [os.readlink(f"/proc/{pid}/cwd")]
         links += [os.readlink(fd) for fd in Path(f"/proc/{pid}/fd").iterdir()]
     except OSError:
         return False
-    return any(link.startswith(prefix) for link in links)
+    return any(link == top or link.startswith(top + "/") for link in links)
+
+
+def owned_by(pid: int, root: Path) -> bool:
+    """Whether pid is a process of the cluster in `root`: its command line names the folder
+    (a socket, a data dir, a pidfile) or its cwd or an open file lies in it. A pidfile's pid
+    may have been reused by another cluster's daemon of the same name (pids wrap at 32768 on
+    a busy machine): only this check keeps `down` from stopping that one."""
+    return str(root.resolve()) in cmdline(pid) or is_under(pid, root)
 
 
 def command_name(pid: int) -> str:

@@ -1,0 +1,50 @@
+"""A pidfile's pid is a cluster's daemon only while the process belongs to that cluster's
+folder: pids wrap (32768 here) and a stale pidfile may name another cluster's daemon of the
+same name, which `down` must never stop (seen: a soak's slurmctld, slurmd and slurmdbd
+SIGTERMed while another workdir was taken down)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from slurm_hetero.devcluster import procs
+from slurm_hetero.devcluster.cluster import Cluster
+
+
+def _sleeper(cwd: Path) -> subprocess.Popen[bytes]:
+    return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], cwd=cwd)
+
+
+def test_a_process_belongs_to_the_folder_it_runs_in(tmp_path: Path) -> None:
+    mine, other = tmp_path / "mine", tmp_path / "mine-2"
+    mine.mkdir()
+    other.mkdir()
+    p = _sleeper(mine)
+    try:
+        assert procs.owned_by(p.pid, mine)
+        assert not procs.owned_by(p.pid, other)  # a sibling whose name starts the same
+    finally:
+        p.kill()
+        p.wait()
+
+
+def test_a_stale_pidfile_naming_another_clusters_daemon_is_not_ours(tmp_path: Path) -> None:
+    ours, theirs = tmp_path / "ours", tmp_path / "theirs"
+    theirs.mkdir()
+    c = Cluster(ours)
+    d = c.daemon("slurmctld")
+    assert d is not None
+    # Another cluster's daemon of the same name, whose pid our stale pidfile happens to hold.
+    p = subprocess.Popen([sys.executable, "-c", f"import time  # {d.expect}\ntime.sleep(60)"], cwd=theirs)
+    try:
+        d.pidfile.parent.mkdir(parents=True, exist_ok=True)
+        d.pidfile.write_text(f"{p.pid}\n")
+        assert procs.alive(p.pid, d.expect)  # the name alone matches
+        assert c.pid(d) is None  # but it is not this cluster's
+        c.down(log=lambda *_: None)
+        assert p.poll() is None  # and `down` left it running
+    finally:
+        p.kill()
+        p.wait()
