@@ -28,7 +28,11 @@ pytestmark = pytest.mark.integration
 @pytest.fixture(scope="module")
 def soak(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, dict[str, Any]]:
     out = tmp_path_factory.mktemp("soak")
-    rc = benchmark.load("soak").main(["--short", "--workdir", str(out / "work"), "--json", str(out / "soak.json")])
+    # --no-power: on the x50 clock a sleeping node holds a job back for minutes of trace time,
+    # and the jobs whose shortened limits must come due during the daemon's stop then start too
+    # late (limits_due 0; CI at 9034ad2). The power keeper's own soak figures: README.
+    rc = benchmark.load("soak").main(["--short", "--no-power", "--workdir", str(out / "work"),
+                                      "--json", str(out / "soak.json")])
     return rc, json.loads((out / "soak.json").read_text())
 
 
