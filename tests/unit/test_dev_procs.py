@@ -41,7 +41,8 @@ def test_a_stale_pidfile_naming_another_clusters_daemon_is_not_ours(tmp_path: Pa
     try:
         d.pidfile.parent.mkdir(parents=True, exist_ok=True)
         d.pidfile.write_text(f"{p.pid}\n")
-        assert procs.alive(p.pid, d.expect)  # the name alone matches
+        # the name alone matches (once the child has exec'd: its command line is python's then)
+        assert procs.wait_until(lambda: procs.alive(p.pid, d.expect), 10.0, 0.05)
         assert c.pid(d) is None  # but it is not this cluster's
         c.down(log=lambda *_: None)
         assert p.poll() is None  # and `down` left it running
