@@ -23,7 +23,8 @@ def test_a_process_belongs_to_the_folder_it_runs_in(tmp_path: Path) -> None:
     other.mkdir()
     p = _sleeper(mine)
     try:
-        assert procs.owned_by(p.pid, mine)
+        # (the child's cwd is set between fork and exec: wait for it)
+        assert procs.wait_until(lambda: procs.owned_by(p.pid, mine), 10.0, 0.05)
         assert not procs.owned_by(p.pid, other)  # a sibling whose name starts the same
     finally:
         p.kill()
