@@ -62,12 +62,12 @@ from slurm_hetero.devcluster.cluster import Cluster, bridge_every
 from slurm_hetero.devcluster.replay import MARK, DevReplayCluster
 from slurm_hetero.energy.fake import FAIL_SWITCH
 from slurm_hetero.errors import RuntimeFailure
-from slurm_hetero.monitor.cluster import node_state
+from slurm_hetero.monitor.cluster import gres_free
 from slurm_hetero.replay.clockmap import ClockMap, calibrate
 from slurm_hetero.replay.faults import Fault, alert_spans, dbd_queue, scrape_gaps
 from slurm_hetero.site import Site
 from slurm_hetero.slurm.commands import sinfo_capacity_argv
-from slurm_hetero.slurm.parse import parse_gres, parse_kv_record
+from slurm_hetero.slurm.parse import parse_kv_record
 from slurm_hetero.slurm.runner import Runner
 from slurm_hetero.slurm.scontrol import parse_job_devices, show_one_job
 
@@ -909,26 +909,17 @@ def _non_default(d: dict[str, Any]) -> bool:
 
 
 def free_devices(text: str) -> dict[str, dict[str, int]]:
-    """{node: {GRES name: devices free}} from `sinfo_capacity_argv()` output (fields
-    slurmctld and the admin write); a node that cannot run jobs has none free.
+    """{node: {GRES name: devices free}} from `sinfo_capacity_argv()` output.
 
     >>> free_devices("a1|mixed|gpu:a100:4(S:0)|gpu:a100:1(IDX:2)|x|\\n"
     ...              "a2|drained|gpu:a100:4|gpu:a100:0(IDX:N/A)|x|\\n")
     {'a1': {'gpu': 3}, 'a2': {'gpu': 0}}
     """
     out: dict[str, dict[str, int]] = {}
-    for line in text.splitlines():
-        fields = [f.strip() for f in line.split("|")]
-        if len(fields) < 4 or not fields[0]:
-            continue
-        node, state, gres, used = fields[:4]
-        usable = node_state(state) in ("idle", "mix", "alloc")
-        in_use = parse_gres(used)
+    for node, _, name_type, free in gres_free(text):
         mine = out.setdefault(node, {})
-        for name_type, count in parse_gres(gres).items():
-            name = name_type.split(":", 1)[0]
-            left = max(0, count - in_use.get(name_type, 0)) if usable else 0
-            mine[name] = mine.get(name, 0) + left
+        name = name_type.split(":", 1)[0]
+        mine[name] = mine.get(name, 0) + free
     return out
 
 

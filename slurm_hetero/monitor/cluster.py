@@ -258,22 +258,32 @@ def node_free(view: SiteView, text: str) -> dict[str, dict[str, int]]:
     that cannot run jobs (`node_state`: not idle, mix or alloc) has none free; a node listed
     once per partition counts once."""
     out: dict[str, dict[str, int]] = {}
+    for node, features, name_type, free in gres_free(text):
+        name, _, gtype = name_type.partition(":")
+        model = view.model_of.get((name, gtype))
+        if model is None:
+            continue  # shards and GRES the bridge does not place
+        out.setdefault(f"{model}@{arch_of(features)}", {})[node] = free
+    return out
+
+
+def gres_free(text: str) -> Iterator[tuple[str, list[str], str, int]]:
+    """(node, features, GRES name:type, devices free) per GRES of each line of
+    `sinfo_capacity_argv()` output; a node that cannot run jobs has none free.
+
+    >>> list(gres_free("a1|mixed|gpu:a100:4(S:0)|gpu:a100:1(IDX:2)|x86_64|\\n"))
+    [('a1', ['x86_64'], 'gpu:a100', 3)]
+    """
     for line in text.splitlines():
         fields = [f.strip() for f in line.split("|")]
         if len(fields) < 5 or not fields[0]:
             continue
         node, state, gres, used, features = fields[:5]
         usable = node_state(state) in ("idle", "mix", "alloc")
-        arch = arch_of(features.split(","))
         in_use = parse_gres(used)
         for name_type, count in parse_gres(gres).items():
-            name, _, gtype = name_type.partition(":")
-            model = view.model_of.get((name, gtype))
-            if model is None:
-                continue  # shards and GRES the bridge does not place
             free = max(0, count - in_use.get(name_type, 0)) if usable else 0
-            out.setdefault(f"{model}@{arch}", {})[node] = free
-    return out
+            yield node, features.split(","), name_type, free
 
 
 def request_pools(view: SiteView, job: QueuedJob) -> list[tuple[str, int]]:
