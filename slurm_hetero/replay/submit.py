@@ -25,7 +25,7 @@ from pathlib import Path
 from slurm_hetero.errors import InputError, RuntimeFailure
 from slurm_hetero.replay.clockmap import ClockMap
 from slurm_hetero.replay.window import ReplayJob
-from slurm_hetero.slurm.commands import release_argv, sbatch_script_argv, squeue_states_argv
+from slurm_hetero.slurm.commands import release_argv, sbatch_script_argv, squeue_held_argv, squeue_states_argv
 from slurm_hetero.slurm.runner import Runner
 
 BODY = ("#!/bin/sh\n# slurm-hetero replay: a trace job's body, its runtime on the cluster's clock\n"
@@ -33,6 +33,16 @@ BODY = ("#!/bin/sh\n# slurm-hetero replay: a trace job's body, its runtime on th
 # How long a replay drains after its last submission: until every job has ended, or until
 # every measured job has started (its wait, and so its slowdown, is known then).
 DRAIN_UNTIL = ("ended", "started")
+def held_ids(out: str) -> set[str]:
+    """The ids `squeue -o "%i %r"` (squeue_held_argv) shows held by a user or an admin.
+
+    >>> sorted(held_ids("7 JobHeldUser\\n8 Priority\\n9 JobHeldAdmin\\n"))
+    ['7', '9']
+    """
+    rows = (ln.split() for ln in out.splitlines())
+    return {r[0] for r in rows if len(r) == 2 and r[1] in ("JobHeldUser", "JobHeldAdmin")}
+
+
 ACTIVE = ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED", "REQUEUED", "RESIZING")
 
 
@@ -189,18 +199,32 @@ class Submitter:
             for i in range(0, len(due), chunk):
                 self._release(due[i:i + chunk], chunk)
             return
-        ids = [s.job_id for s in due]
-        r = self.runner.run(release_argv(ids), check=False, timeout=60)
+        r = self.runner.run(release_argv([s.job_id for s in due]), check=False, timeout=60)
         now = self.clock.now()
         if r.returncode != 0:
-            # One bad id (a job Slurm already dropped) fails the whole list: one at a time.
-            for s in due:
-                one = self.runner.run(release_argv([s.job_id]), check=False, timeout=60)
-                if one.returncode == 0:
+            # A job still held after the list failed is tried alone (the list's failure
+            # may have come before it).
+            for s in self.mark_released(due, now):
+                if self.runner.run(release_argv([s.job_id]), check=False, timeout=60).returncode == 0:
                     s.released = self.clock.now()
             return
         for s in due:
             s.released = now
+
+    def mark_released(self, tried: list[Submission], at: float) -> list[Submission]:
+        """After a release that failed: the jobs Slurm lists and no longer holds were
+        released `at`. scontrol goes through the whole list and fails if any one failed, and
+        some failures release the job all the same: "Requested partition configuration not
+        available now" while the partition's nodes are powered down. Asking it again would
+        fail for the ones already released; the queue says which are. Returns those
+        still held."""
+        listed = self.runner.out(squeue_states_argv(), timeout=60)
+        known = {ln.split(None, 1)[0] for ln in listed.splitlines() if ln.strip()}
+        held = held_ids(self.runner.out(squeue_held_argv(), timeout=60))
+        for s in tried:
+            if s.released is None and s.job_id in known and s.job_id not in held:
+                s.released = at
+        return [s for s in tried if s.released is None and s.job_id in held]
 
     def queue_counts(self) -> tuple[int, int, int, int]:
         """(pending, running, ended, measured jobs pending) of the jobs submitted here

@@ -66,6 +66,11 @@ def squeue_states_argv() -> list[str]:
     return ["squeue", "-h", "-t", "all", "-o", "%i %T"]
 
 
+def squeue_held_argv() -> list[str]:
+    """`ID REASON` of every pending job (a held one's reason is JobHeldUser or JobHeldAdmin)."""
+    return ["squeue", "-h", "-t", "PD", "-o", "%i %r"]
+
+
 def squeue_pending_argv() -> list[str]:
     """Pending jobs in `PENDING_FORMAT` (the reason last: it is the only free text)."""
     return ["squeue", "-h", "-t", "PD", "-o", PENDING_FORMAT]

@@ -186,3 +186,48 @@ def test_stale_faketime_clocks_are_removed_and_live_ones_kept(tmp_path: Path) ->
     assert remove_stale_segments(str(tmp_path)) == 2
     assert sorted(x.name for x in tmp_path.iterdir()) == sorted(names[:2] + names[4:])
     assert remove_stale_segments(str(tmp_path / "missing")) == 0
+
+
+@dataclass
+class PoweredDownPartition(FakeSlurm):
+    """scontrol release as slurmctld answered in the Alibaba day with nodes powered down: it
+    goes through the whole list, releases every held job, and fails when one answered
+    "Requested partition configuration not available now"; releasing a job that is no
+    longer held fails too. Only the ids in `stuck` stay held (a real failure)."""
+
+    unavailable: set[str] = field(default_factory=set)
+    stuck: set[str] = field(default_factory=set)
+
+    def run(self, argv: Sequence[str], *, check: bool = True, timeout: float | None = None,
+            input: str | None = None) -> subprocess.CompletedProcess[str]:
+        assert self.clock is not None
+        argv = list(argv)
+        self.calls.append((self.clock.now(), argv))
+        if argv[:2] == ["scontrol", "release"]:
+            ids = argv[2].split(",")
+            fail = [i for i in ids if i not in self.held or i in self.unavailable or i in self.stuck]
+            self.held -= set(ids) - self.stuck
+            err = "".join(f"Job {i}: Requested partition configuration not available now\n" for i in fail)
+            return subprocess.CompletedProcess(argv, 1 if fail else 0, "", err)
+        if argv[:3] == ["squeue", "-h", "-t"] and argv[3] == "PD":
+            return subprocess.CompletedProcess(argv, 0, "".join(f"{i} JobHeldUser\n" for i in self.held), "")
+        if argv[0] == "squeue":
+            every = range(1, self.ids + 1)
+            out = "".join(f"{i} {'PENDING' if str(i) in self.held else 'RUNNING'}\n" for i in every)
+            return subprocess.CompletedProcess(argv, 0, out, "")
+        return super().run(argv)
+
+
+def test_a_release_that_fails_for_one_job_counts_every_job_it_released(tmp_path: Path) -> None:
+    clock = ClockMap(time.time(), 0.0, SPEED)
+    slurm = PoweredDownPartition(clock=clock, unavailable={"2"}, stuck={"4"})
+    jobs = [ReplayJob(str(i), 0, 60, 5, 1, 0, "1", True) for i in range(5)]
+    sub = Submitter(slurm, jobs, clock, clock.now(), Request(False), tmp_path / "j", tmp_path, lead_s=0.2)
+    for j in jobs:
+        sub._submit(j)
+    sub._release(sub.subs)
+    released = {s.job_id for s in sub.subs if s.released is not None}
+    assert released == {"1", "2", "3", "5"} and slurm.held == {"4"}
+    # The still-held job was tried alone; the ones already released were not asked again.
+    alone = [argv[2] for _, argv in slurm.calls if argv[:2] == ["scontrol", "release"]][1:]
+    assert alone == ["4"]
