@@ -62,8 +62,8 @@ SHORT_DURATIONS: dict[str, float] = {
     "clock-skew": 600, "agent-fail": 300,
 }
 SHORT_KINDS = ("bridge-stop", "slurmctld-restart", "slurmdbd-stop")
-# The day's default: every kind but state-full (added later; `all` or its name asks for it).
-# The day's default: the snapshot's folder full (what issue 36 names), not read-only (by name).
+# The day's default: every kind but state-readonly (the snapshot's folder full stands for a
+# state that cannot be written; `all` or its name asks for read-only too).
 DAY_KINDS = tuple(k for k in KINDS if k != "state-readonly")
 # Faults that stop submissions (sbatch fails while they last): the submitter waits them out.
 BLOCKING = ("slurmctld-kill", "state-readonly", "state-full")

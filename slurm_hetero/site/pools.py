@@ -17,6 +17,8 @@ class Pool:
     model: str
     arch: str
     per_node: int  # largest device count on one node of the pool
+    cpus: int  # most CPUs on one node of the pool
+    mem_mib: int  # most memory on one node of the pool
     devices: int
     partitions: tuple[str, ...]
 
@@ -29,6 +31,7 @@ def pools(site: Site) -> list[Pool]:
     out = [
         Pool(key=f"{mid}@{arch}", model=mid, arch=arch,
              per_node=max(a.count for _, a in ms),
+             cpus=max(g.cpus for g, _ in ms), mem_mib=max(g.memory_mib for g, _ in ms),
              devices=sum(a.count * g.node_count for g, a in ms),
              partitions=tuple(dict.fromkeys(p for g, _ in ms for p in g.partitions)))
         for (mid, arch), ms in members.items()

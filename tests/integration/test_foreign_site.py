@@ -1,4 +1,4 @@
-"""An ordinary OpenHPC-style site joins slurm-hetero end to end, on one real cluster (issue 35).
+"""An ordinary OpenHPC-style site joins slurm-hetero end to end, on one real cluster.
 
 The site's /etc/slurm is tests/data/import/openhpc-22.05 (configless, `Prolog=.../prolog.d/*`,
 `Epilog=.../epilog.d/*`, its own HealthCheckProgram, `PlugStackConfig` including a

@@ -83,6 +83,51 @@ def test_user_partition_and_features_are_kept(js: JobSubmit) -> None:
     assert desc["features"] == "(bigmem|fast)&x86_64"
 
 
+# Pools whose nodes are too small for the job are no candidates (Slurm would refuse the job,
+# or a held one would wait forever). The demo's nodes: v100 80 CPUs / 384 GiB, a100-80gb 64 /
+# 512 GiB, h100 96 / 1 TiB, ascend-910b 192 / 1 TiB, gh200 72 / 480 GiB.
+NODE_SIZE = [
+    ({"num_tasks": 70, "max_nodes": 1}, "any:1", "gres:gpu:v100:1"),           # 70 <= 80
+    ({"num_tasks": 90, "max_nodes": 1}, "any:1", "gres:npu:910b:1"),           # past v100's 80
+    ({"num_tasks": 90, "max_nodes": 1, "features": "x86_64"}, "nvidia:1", "gres:gpu:h100:1"),
+    ({"min_cpus": 90, "max_nodes": 1}, "nvidia:1", "gres:gpu:h100:1"),
+    ({"num_tasks": 9, "cpus_per_task": 10, "max_nodes": 1}, "nvidia:1", "gres:gpu:h100:1"),
+    ({"num_tasks": 400}, "nvidia:1", "gres:gpu:v100:1"),                       # may span nodes
+    ({"cpus_per_task": 90, "num_tasks": 4}, "nvidia:1", "gres:gpu:h100:1"),      # one task's CPUs
+    ({"ntasks_per_node": 70, "num_tasks": 140}, "nvidia:1", "gres:gpu:v100:1"),
+    ({"pn_min_cpus": 85}, "nvidia:1", "gres:gpu:h100:1"),
+    ({"min_mem_per_node": 600_000}, "nvidia:1", "gres:gpu:h100:1"),
+    ({"min_mem_per_node": 400_000}, "nvidia:1", "gres:gpu:a100-80gb:1"),       # past v100's 384 GiB
+    ({"min_mem_per_cpu": 8_000, "cpus_per_task": 60, "max_nodes": 1}, "nvidia:1", "gres:gpu:a100-80gb:1"),
+    ({"min_mem_per_node": 0}, "any:1", "gres:gpu:v100:1"),                     # --mem=0: the whole node
+    ({"cpus_per_task": 65534, "pn_min_cpus": 65534, "min_cpus": 4294967294, "num_tasks": 4294967294,
+      "max_nodes": 1}, "any:1", "gres:gpu:v100:1"),                            # NO_VAL: not said
+]
+
+
+@pytest.mark.parametrize(("fields", "accel", "tres"), NODE_SIZE)
+def test_pools_whose_nodes_cannot_hold_the_job_are_skipped(js: JobSubmit, fields: dict[str, Any], accel: str,
+                                                           tres: str) -> None:
+    fields = dict(fields)
+    opts = {"accel": accel, **({"arch": "x86_64"} if fields.pop("features", None) else {})}
+    rc, desc = js.submit(opts, **fields)
+    assert rc == 0, js.logs
+    assert desc["tres_per_node"] == tres
+
+
+def test_a_job_no_pools_node_can_hold_is_told_its_size(js: JobSubmit) -> None:
+    rc, _ = js.submit({"accel": "any:1"}, num_tasks=200, max_nodes=1)
+    assert rc == -1 and js.user_lines()[-1] == (
+        "hetero: --accel=any:1: no pool of this site satisfies it with 200 CPUs on one node")
+    rc, _ = js.submit({"accel": "nvidia:1", "arch": "x86_64"}, ntasks_per_node=97, min_mem_per_node=2_000_000)
+    assert rc == -1 and js.user_lines()[-1] == (
+        "hetero: --accel=nvidia:1: no pool of this site satisfies it on x86_64 with 97 CPUs and 2000000 MiB "
+        "on one node")
+    # The count rules every pool out: no word about the size.
+    rc, _ = js.submit({"accel": "any:16"}, num_tasks=200, max_nodes=1)
+    assert rc == -1 and js.user_lines()[-1] == "hetero: --accel=any:16: no pool of this site satisfies it"
+
+
 # ---- with a snapshot: where the job starts soonest -------------------------------------
 
 def test_fresh_snapshot_picks_pool_that_starts_now(js: JobSubmit, site: Site, state: Path) -> None:

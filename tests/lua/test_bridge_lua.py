@@ -69,7 +69,7 @@ def test_bridge_lua_alone_with_test_tables() -> None:
     js = JobSubmit.bridge({
         "MODELS": {"x1": {"gres": "gpu", "type": "x1", "units": 0.5, "mem_mib": 2048}},
         "MODEL_GROUPS": {"any": {"x1": True}, "acme": {"x1": True}},
-        "POOLS": [{"key": "x1@aarch64", "model": "x1", "arch": "aarch64", "per_node": 2, "partitions": "p1,p2"}],
+        "POOLS": [{"key": "x1@aarch64", "model": "x1", "arch": "aarch64", "per_node": 2, "cpus": 8, "mem_mib": 16384, "partitions": "p1,p2"}],
         "TIERS": {"t1": True}, "GRES_PREFIX": "gres/",
     })
     rc, desc = js.submit({"accel": "units=1", "tier": "T1"})

@@ -39,11 +39,11 @@ local MODEL_ALIASES = {
 }
 -- Pools in the static order (smallest model first): used as is without a fresh snapshot.
 local POOLS = {
-    { key = "v100@x86_64", model = "v100", arch = "x86_64", per_node = 4, partitions = "gpu" },
-    { key = "ascend-910b@aarch64", model = "ascend-910b", arch = "aarch64", per_node = 8, partitions = "npu" },
-    { key = "a100-80gb@x86_64", model = "a100-80gb", arch = "x86_64", per_node = 4, partitions = "gpu" },
-    { key = "h100@x86_64", model = "h100", arch = "x86_64", per_node = 8, partitions = "gpu" },
-    { key = "gh200@aarch64", model = "gh200", arch = "aarch64", per_node = 1, partitions = "gpu" },
+    { key = "v100@x86_64", model = "v100", arch = "x86_64", per_node = 4, cpus = 80, mem_mib = 393216, partitions = "gpu" },
+    { key = "ascend-910b@aarch64", model = "ascend-910b", arch = "aarch64", per_node = 8, cpus = 192, mem_mib = 1048576, partitions = "npu" },
+    { key = "a100-80gb@x86_64", model = "a100-80gb", arch = "x86_64", per_node = 4, cpus = 64, mem_mib = 524288, partitions = "gpu" },
+    { key = "h100@x86_64", model = "h100", arch = "x86_64", per_node = 8, cpus = 96, mem_mib = 1048576, partitions = "gpu" },
+    { key = "gh200@aarch64", model = "gh200", arch = "aarch64", per_node = 1, cpus = 72, mem_mib = 491520, partitions = "gpu" },
 }
 local TIERS = { ["diamond"] = true, ["gold"] = true, ["silver"] = true, }
 local TIER_NOTES = {
@@ -134,7 +134,7 @@ local SNAPSHOT_STALE_S = site("SNAPSHOT_STALE_S", 30)
 local MODELS = site("MODELS", {})            -- id -> { gres, type, units, mem_mib }
 local MODEL_GROUPS = site("MODEL_GROUPS", {})  -- any, vendor, stack -> { id = true }
 local MODEL_ALIASES = site("MODEL_ALIASES", {})  -- GRES type -> id
-local POOLS = site("POOLS", {})              -- { key, model, arch, per_node, partitions }, static order
+local POOLS = site("POOLS", {})  -- { key, model, arch, per_node, cpus, mem_mib, partitions }, static order
 local TIERS = site("TIERS", {})              -- name -> true
 local TIER_NOTES = site("TIER_NOTES", {})    -- name -> what the tier allows, for the user
 local ENERGY = site("ENERGY", {})            -- name -> { cpu_freq_gov, gpu_freq }
@@ -690,16 +690,49 @@ local function in_list(list, item)
     return false
 end
 
+local NO_VAL, NO_VAL16 = 4294967294, 65534  -- Slurm's "not set" for 32- and 16-bit job_desc fields
+local function set16(v) return v ~= nil and v > 0 and v < NO_VAL16 end
+local function set32(v) return v ~= nil and v > 0 and v < NO_VAL end
+
+-- What one node must hold for the job, as far as the job says: CPUs (one task's, the per-node
+-- minimum, tasks per node x CPUs per task, and a one-node job's whole count) and memory
+-- (--mem, or --mem-per-cpu x those CPUs; nil: not said or --mem=0, the whole node). Slurm
+-- refuses a job that no node of its partition can hold ("Requested node configuration is not
+-- available"; a held job waits forever), so pools whose nodes are smaller are no candidates.
+local function node_need(job_desc)
+    local per_task = job_desc.cpus_per_task
+    if not set16(per_task) then per_task = 1 end
+    local cpus = per_task
+    if set16(job_desc.pn_min_cpus) then cpus = max(cpus, job_desc.pn_min_cpus) end
+    if set16(job_desc.ntasks_per_node) then cpus = max(cpus, job_desc.ntasks_per_node * per_task) end
+    if job_desc.max_nodes == 1 then
+        local all = job_desc.min_cpus
+        if not set32(all) then
+            local tasks = job_desc.num_tasks
+            if not set32(tasks) then tasks = 1 end
+            all = tasks * per_task
+        end
+        cpus = max(cpus, all)
+    end
+    local mem = job_desc.min_mem_per_node
+    if mem == nil or mem <= 0 then
+        local per_cpu = job_desc.min_mem_per_cpu
+        mem = (per_cpu ~= nil and per_cpu > 0) and per_cpu * cpus or nil
+    end
+    return cpus, mem
+end
+
 -- The candidates of one decision, in tables reused from job to job (slurmctld runs the
 -- bridge for one job at a time; nothing keeps them past decide): no garbage per candidate.
 local cand_list, cand_recs = {}, {}
 
-local function candidates(req, arch, partition)
+local function candidates(req, arch, partition, cpus, mem)
     local out, k = cand_list, 0
     for i, p in ipairs(POOLS) do
         local m = MODELS[p.model]
         if req.set[p.model] and (arch == "any" or arch == p.arch)
-            and (req.mem == nil or m.mem_mib >= req.mem) then
+            and (req.mem == nil or m.mem_mib >= req.mem)
+            and (p.cpus == nil or cpus <= p.cpus) and (mem == nil or p.mem_mib == nil or mem <= p.mem_mib) then
             local ok_part = partition == nil
             if not ok_part then
                 for part in gmatch(partition, "[^,]+") do
@@ -948,11 +981,17 @@ local function decide(job_desc, opts, now, partition, tres)
         end
         local req, err = parse_accel(opts.accel)
         if req == nil then return nil, err end
-        local cands = candidates(req, arch, partition)
+        local cpus, mem = node_need(job_desc)
+        local cands = candidates(req, arch, partition, cpus, mem)
         if #cands == 0 then
+            local size = ""  -- said when the nodes' size is what ruled every pool out
+            if #candidates(req, arch, partition, 1, nil) > 0 then
+                size = " with " .. itext(cpus) .. " CPUs" .. (mem and (" and " .. itext(mem) .. " MiB") or "") ..
+                    " on one node"
+            end
             return reject("accel", opts.accel, "no pool of this site satisfies it" ..
                 (arch ~= "any" and (" on " .. arch) or "") ..
-                (partition and (" in partition " .. shown(partition)) or ""))
+                (partition and (" in partition " .. shown(partition)) or "") .. size)
         end
         local data, age = snapshot(now)
         local best, why = choose(cands, data)
@@ -1035,7 +1074,6 @@ end
 -- snapshot) is fresh, the job's limit becomes the upper quantile so backfill can plan with
 -- it; the user's own limit is kept in the comment and the daemon extends the limit before
 -- it runs out, finally to the user's limit: no job is killed earlier than its user asked.
-local NO_VAL = 4294967294
 local MODEL = nil
 if MODEL_LUA ~= nil then
     local chunk, err = loadstring(MODEL_LUA, "predict")
