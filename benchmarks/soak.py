@@ -163,7 +163,7 @@ PODS = ROOT.parent / "shared" / "traces" / "alibaba-gpu-2023-pods.csv"
 SHORT_START = 861282481
 SHORT_SEED = 293
 # With --hooks, the site boots with this node group added in a partition of its own, which no
-# trace job asks for (the bridge routes only --accel jobs, and no trace asks its model): its two
+# trace job is sent to (the bridge's accelerator jobs name the trace site's partitions): its two
 # fake GPUs are what agent-fail's probe jobs get a policy on, on a site without accelerators
 # (KTH) always, elsewhere when the seeded node has no two devices free at the fault's start
 # (the Alibaba day: every GPU node busy then, and the probe waited out the fault). The window and the
@@ -408,6 +408,9 @@ def one_run(name: str, base: Path, site: Site, sel: Selection, window: Window, a
     def submitter(*a: Any, **kw: Any) -> PatientSubmitter:
         kw.update(retry_s=retry_s, before_drain=before_drain, after_drain=after_drain,
                   energy_share=energy_share, energy_seed=seed)
+        if boot_site is not site:  # the trace's jobs stay on the trace site's accelerator partitions
+            kw["accel_partitions"] = ",".join(dict.fromkeys(
+                p for g in site.node_groups if g.accelerators for p in g.partitions))
         if container_share > 0:
             w = made[-1].workdir
             kw.update(container_share=container_share, container_seed=seed, container_image=SOAK_IMAGE,

@@ -923,28 +923,48 @@ def free_devices(text: str) -> dict[str, dict[str, int]]:
     return out
 
 
-def devices_left(c: Cluster, nodes: list[str] | None = None) -> dict[str, Any]:
+def devices_left(c: Cluster, nodes: list[str] | None = None, settle_s: float = 2.0) -> dict[str, Any]:
     """Every node's fake devices (energy/fake.py) whose power/clock state is not the default
     while no job holds them (the node agent applies a job's policy at its prolog and restores
-    it at its epilog): `left` must be 0. Held: what `scontrol show job -d` says each running
-    job on the node holds; a job whose record cannot be read holds every device of its node
-    (nothing is counted against it). `nodes`: those only (default: every node)."""
-    out: dict[str, Any] = {"devices": 0, "non_default": 0, "left": 0, "examples": []}
+    it at its epilog): `left` must be 0. Held: what `scontrol show job -d` says each job on the
+    node that is configuring (its prolog running), running, suspended or completing holds; a
+    job whose record cannot be read holds every device of its node (nothing is counted against
+    it). A device counts as left only when a second reading `settle_s` later finds it left
+    again: the device files and the queue are read one after the other, and a prolog or an
+    epilog can land between them. `nodes`: those only (default: every node)."""
+    first = _left_once(c, nodes)
+    out: dict[str, Any] = {"devices": first[0], "non_default": first[1], "left": 0, "examples": []}
+    if not first[2]:
+        return out
+    time.sleep(settle_s)
+    again = _left_once(c, sorted({node for node, _ in first[2]}))[2]
+    for key, d in first[2].items():
+        if key in again:
+            out["left"] += 1
+            if len(out["examples"]) < 10:
+                out["examples"].append(d)
+    return out
+
+
+def _left_once(c: Cluster, nodes: list[str] | None) -> tuple[int, int, dict[tuple[str, str], dict[str, Any]]]:
+    """(devices, devices not at their default, {(node, kind:index): the device} of those left)."""
+    devices = non_default = 0
+    left: dict[tuple[str, str], dict[str, Any]] = {}
     for node in c.info().get("nodes", []) if nodes is None else nodes:
         path = c.dev / node / "fake-devices.json"
         try:
             devs = json.loads(path.read_text())["devices"]
         except (OSError, ValueError, KeyError):
             continue
-        out["devices"] += len(devs)
+        devices += len(devs)
         changed = [d for d in devs if _non_default(d)]
-        out["non_default"] += len(changed)
+        non_default += len(changed)
         if not changed:
             continue
         held: set[tuple[str, int]] = set()
         everything = False
         # %A: the plain id (an array task's or a het component's own), which scontrol takes.
-        r = c.runner.run(["squeue", "-h", "-t", "R,CG,S", "-w", node, "-o", "%A"], check=False, timeout=20)
+        r = c.runner.run(["squeue", "-h", "-t", "CF,R,S,CG", "-w", node, "-o", "%A"], check=False, timeout=20)
         if r.returncode != 0:
             everything = True
         for jid in r.stdout.split() if r.returncode == 0 else []:
@@ -961,12 +981,10 @@ def devices_left(c: Cluster, nodes: list[str] | None = None) -> dict[str, Any]:
             continue
         for d in changed:
             if (str(d.get("kind")), int(d["index"])) not in held:
-                out["left"] += 1
-                if len(out["examples"]) < 10:
-                    out["examples"].append({"node": node, "kind": d.get("kind"), "index": d["index"],
-                                            "limit_w": d.get("limit_w"), "default_w": d.get("default_w"),
-                                            "clock_level": d.get("clock_level")})
-    return out
+                left[(node, f"{d.get('kind')}:{d['index']}")] = {
+                    "node": node, "kind": d.get("kind"), "index": d["index"], "limit_w": d.get("limit_w"),
+                    "default_w": d.get("default_w"), "clock_level": d.get("clock_level")}
+    return devices, non_default, left
 
 
 _PROLOG_DONE = re.compile(r" INFO prolog job (\d+) on (\S+): policy (\S+), (\d+) devices")

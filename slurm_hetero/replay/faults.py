@@ -307,9 +307,14 @@ class PatientSubmitter(Submitter):
     container_out: str = ""
     container_seed: int = 0
     with_container: list[str] = field(default_factory=list)  # trace ids of the jobs that asked
+    # With the bridge, accelerator jobs name these partitions (the trace site's), so that the
+    # bridge chooses among the trace's pools only, never a node the soak added (its probe).
+    accel_partitions: str = ""
 
     def sbatch(self, job: ReplayJob) -> list[str]:
         argv = super().sbatch(job)
+        if job.accel and self.req.bridge and self.accel_partitions:
+            argv.insert(argv.index("--hold") + 1, f"--partition={self.accel_partitions}")
         if job.accel and self.req.bridge and wants_energy(job.trace_id, self.energy_share, self.energy_seed):
             argv.insert(argv.index("--hold") + 1, f"--energy={self.energy_policy}")
             if job.trace_id not in self.with_energy:

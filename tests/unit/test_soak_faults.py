@@ -124,6 +124,18 @@ def test_a_permanent_refusal_is_not_retried_and_an_endless_outage_gives_up(tmp_p
     assert sub.subs == [] and sub.failed and "Unable to contact" in sub.failed[0][1]
 
 
+def test_with_the_bridge_accelerator_jobs_stay_on_the_trace_sites_partitions(tmp_path: Path) -> None:
+    clock = ClockMap(time.time(), 0.0, 50.0)
+    jobs = [ReplayJob("1", 0, 60, 5, 4, 2, "u1", True), ReplayJob("2", 0, 60, 5, 4, 0, "u1", True)]
+    sub = PatientSubmitter(FlakySlurm(), jobs, clock, clock.now(), Request(True), tmp_path / "job.sh", tmp_path,
+                           accel_partitions="gpu,gpu-long")
+    gpu, cpu = sub.sbatch(jobs[0]), sub.sbatch(jobs[1])
+    assert "--partition=gpu,gpu-long" in gpu and "--accel=any:2" in gpu
+    assert not any(a.startswith("--partition") for a in cpu)
+    plain = PatientSubmitter(FlakySlurm(), jobs, clock, clock.now(), Request(True), tmp_path / "job.sh", tmp_path)
+    assert not any(a.startswith("--partition") for a in plain.sbatch(jobs[0]))
+
+
 def test_the_observer_keeps_each_jobs_states_times_and_nodes() -> None:
     obs = Observer(Runner())
     obs.record("7|PENDING|N/A|N/A||Priority\n")
@@ -259,6 +271,20 @@ def test_the_devices_check_counts_a_device_left_with_a_policy(tmp_path: Path) ->
     assert (got["devices"], got["non_default"], got["left"]) == (3, 2, 1)
     assert got["examples"] == [{"node": "g01", "kind": "gpu", "index": 2, "limit_w": 400, "default_w": 400,
                                 "clock_level": "medium"}]
+
+
+def test_a_device_its_epilog_restores_between_two_readings_is_not_left(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "g01" / "fake-devices.json"
+    path.parent.mkdir()
+    FakeDevices.create(path, "gpu", 3, default_w=400)
+    FakeDevices(path).set_gpu_clock_level(2, "medium")  # its job just ended; the epilog is on its way
+    c = OneNodeCluster(tmp_path, JobsOnNode())
+    monkeypatch.setattr(time, "sleep", lambda _s: FakeDevices(path).reset(2))
+    assert devices_left(c)["left"] == 0  # type: ignore[arg-type]
+    FakeDevices(path).set_gpu_clock_level(2, "medium")  # and one that stays
+    monkeypatch.setattr(time, "sleep", lambda _s: None)
+    assert devices_left(c)["left"] == 1  # type: ignore[arg-type]
 
 
 def test_agent_fail_is_planned_on_a_node_with_devices() -> None:
