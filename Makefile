@@ -69,9 +69,11 @@ test: deps venv spank lint
 # (the tests of a file share their module's cluster), the longest files first
 # (tests/integration/conftest.py). They mostly wait on Slurm's timers (a clean run used a
 # fifth of two cores), so three run well on two. A short --basetemp: a replay cluster's step sockets live under
-# it (at most 107 characters); kept when a test failed. --durations: the next cuts.
+# it (at most 107 characters); kept when a test failed. --durations and the time per test file
+# (scripts/durations.py): the next cuts.
 	$(BIN)/pytest -q -n auto --durations=15 --ignore=tests/integration
-	$(run-integration) --durations=40 tests/integration && rm -rf $$base
+	$(run-integration) --durations=40 --junitxml=$$base/integration.xml tests/integration && \
+		$(BIN)/python scripts/durations.py $$base/integration.xml && rm -rf $$base
 
 # The integration suite against Slurm 24.11 (Debian 13's packages in a debootstrapped trixie
 # root, reused; as root): make test-24.11 ARGS='tests/integration/test_bridge.py -x'

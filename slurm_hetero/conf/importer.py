@@ -47,7 +47,7 @@ from __future__ import annotations
 import glob
 import posixpath
 import re
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -598,34 +598,33 @@ def _pin_defaults(g: _Globals, conf: Path, notes: list[str]) -> None:
     for key, value in SLURM_DEFAULTS.items():
         if not any(k in g.extra for k in _PINNED_BY.get(key.lower(), (key.lower(),))):
             g.extra[key.lower()] = f"{key}={value}"
-    unset = f"{conf}: {{}} is not set"
-    if "selecttype" not in g.seen:
-        notes.append(unset.format("SelectType") + ": Slurm 22.05 then allocates whole nodes "
-                     "(select/linear; 24.11: select/cons_tres); rendered: select/cons_tres")
-    if "prioritytype" not in g.seen:
-        notes.append(unset.format("PriorityType") + ": Slurm 22.05 then orders by age "
-                     "(priority/basic; 24.11: priority/multifactor); rendered: priority/multifactor")
-    if "accountingstoragetype" not in g.extra:
-        notes.append(unset.format("AccountingStorageType") + ": slurm-hetero needs slurmdbd (GRES "
-                     "TRES, QoS tiers): set slurm.accounting.host before deploying")
-    if "healthcheckprogram" not in g.seen:
-        notes.append(unset.format("HealthCheckProgram") + ": slurm-hetero's device restore becomes "
-                     "the health check, every node_agent.restore_interval (300 s)")
+
+    def note_unset(key: str, kept: Collection[str], why: str) -> None:
+        # Owned keys the file sets are in g.seen, the others in g.extra: `kept` says which.
+        if key.lower() not in kept:
+            notes.append(f"{conf}: {key} is not set{why}")
+
+    note_unset("SelectType", g.seen, ": Slurm 22.05 then allocates whole nodes "
+               "(select/linear; 24.11: select/cons_tres); rendered: select/cons_tres")
+    note_unset("PriorityType", g.seen, ": Slurm 22.05 then orders by age "
+               "(priority/basic; 24.11: priority/multifactor); rendered: priority/multifactor")
+    note_unset("AccountingStorageType", g.extra, ": slurm-hetero needs slurmdbd (GRES "
+               "TRES, QoS tiers): set slurm.accounting.host before deploying")
+    note_unset("HealthCheckProgram", g.seen, ": slurm-hetero's device restore becomes "
+               "the health check, every node_agent.restore_interval (300 s)")
     # Comma lists slurm-hetero adds items to (slurmlines.MERGED): say which, and why.
     flags = {i.lower() for i in unquote(g.extra.get("prologflags", "=").split("=", 1)[1]).split(",") if i}
     if not flags & {"alloc", "contain", "x11"}:  # Contain and X11 imply Alloc
         notes.append(f"{conf}: PrologFlags: Alloc added (the node agent sets the job's devices when its "
                      "allocation starts, before any step)")
-    if "cpufreqgovernors" not in g.extra:
-        notes.append(unset.format("CpuFreqGovernors") + " (Slurm allows OnDemand, Performance, "
-                     "UserSpace): rendered with PowerSave, SchedUtil, Conservative too (the energy "
-                     "policies ask for them)")
+    note_unset("CpuFreqGovernors", g.extra, " (Slurm allows OnDemand, Performance, "
+               "UserSpace): rendered with PowerSave, SchedUtil, Conservative too (the energy "
+               "policies ask for them)")
     cgroup = conf.parent / "cgroup.conf"
     notes.append(f"{cgroup}: " + ("not imported: " if cgroup.exists() else "none: ") + "the rendered "
                  "cgroup.conf constrains cores, RAM, swap and devices (check it against the site's)")
     for key in ("SlurmctldLogFile", "SlurmdLogFile"):
-        if key.lower() not in g.extra:
-            notes.append(unset.format(key) + ": Slurm logs to syslog; rendered: /var/log/slurm/")
+        note_unset(key, g.extra, ": Slurm logs to syslog; rendered: /var/log/slurm/")
 
 
 def _site_hooks(g: _Globals, conf: Path, notes: list[str]) -> dict[str, Any]:

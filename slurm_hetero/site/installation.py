@@ -9,7 +9,7 @@ through the loader's `err(path, message, hint)`, at the line's YAML position.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from ClusterShell.NodeSet import NodeSet, NodeSetParseError
@@ -94,17 +94,25 @@ def _extra_lines(items: list[str], err: Err) -> None:
         first.setdefault(key, i)
 
 
+def _record_lines(items: list[str], record: str, field: str, example: str,
+                  err: Err) -> Iterator[tuple[Path_, str, list[tuple[str, str]]]]:
+    """(path, name, pairs) of each well-formed kept `record` line of slurm.`field`; a bad one
+    is reported and skipped (one check for kept nodes and kept partitions alike)."""
+    for i, text in enumerate(items):
+        path: Path_ = ("slurm", field, i)
+        try:
+            name, found = check_record_line(text, record)
+        except LineError as e:
+            err(path, str(e), f"a whole {record} line: {example} (no DEFAULT)")
+            continue
+        yield path, name, found
+
+
 def _keep_nodes(items: list[str], groups: tuple[NodeGroup, ...], err: Err) -> NodeSet:
     kept = NodeSet()
     modeled = NodeSet.fromlist([g.names for g in groups]) if groups else NodeSet()
     total = sum(g.node_count for g in groups)
-    for i, text in enumerate(items):
-        path: Path_ = ("slurm", "keep_nodes", i)
-        try:
-            name, _ = check_record_line(text, "NodeName")
-        except LineError as e:
-            err(path, str(e), "a whole NodeName line: NodeName=HOSTLIST CPUs=... (no DEFAULT)")
-            continue
+    for path, name, _ in _record_lines(items, "NodeName", "keep_nodes", "NodeName=HOSTLIST CPUs=...", err):
         nodes = _nodeset(unquote(name), path, err)
         if nodes is None:
             continue
@@ -125,13 +133,8 @@ def _keep_nodes(items: list[str], groups: tuple[NodeGroup, ...], err: Err) -> No
 def _keep_partitions(items: list[str], partitions: tuple[Partition, ...], err: Err) -> None:
     names = {p.name.lower() for p in partitions}
     default = any(p.default for p in partitions)
-    for i, text in enumerate(items):
-        path: Path_ = ("slurm", "keep_partitions", i)
-        try:
-            name, found = check_record_line(text, "PartitionName")
-        except LineError as e:
-            err(path, str(e), "a whole PartitionName line: PartitionName=NAME Nodes=... (no DEFAULT)")
-            continue
+    for path, name, found in _record_lines(items, "PartitionName", "keep_partitions",
+                                           "PartitionName=NAME Nodes=...", err):
         if name.lower() in names:
             err(path, f"partition {shown(name)} is defined twice", "each partition once: modeled "
                 "under partitions, or kept here")

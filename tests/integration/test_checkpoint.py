@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import signal
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -96,7 +95,9 @@ def test_stale_incarnation_is_fenced_after_requeue(cluster: Cluster, tmp_path: P
     row = sacct_jobs(c.runner, [jid], ["JobID", "State", "End", "Partition"])[jid]
     assert row["State"] == "COMPLETED", row
     assert wait_until(lambda: c.nodes()[NODE].state in ("idle", "mixed"), 60), c.nodes()[NODE]
-    time.sleep(0.5)
+    # Idle is not gone: the next tests and the session's leftover check expect no slurmstepd
+    # of the job, the stale incarnation's included.
+    assert wait_until(lambda: not c.stepds(jid), 30), c.stepds(jid)
 
 
 def test_node_failure_requeues_resumes_elsewhere_and_the_node_gets_its_defaults_back(

@@ -7,6 +7,7 @@ import json
 import os
 import re
 import signal
+import subprocess
 import time
 from typing import Any
 
@@ -15,7 +16,7 @@ from click.testing import CliRunner
 
 from slurm_hetero.cli import main
 from slurm_hetero.devcluster import Cluster
-from slurm_hetero.devcluster.procs import wait_until
+from slurm_hetero.devcluster.procs import cmdline, command_name, wait_until
 from slurm_hetero.energy import agent
 from slurm_hetero.energy.fake import FakeDevices
 from slurm_hetero.slurm.comment import parse_comment
@@ -40,6 +41,18 @@ def devices_of(c: Cluster, jid: int) -> tuple[str, str, list[int]]:
             return node, kind, idx[kind]
         assert time.monotonic() < deadline, out
         time.sleep(0.3)
+
+
+def batch_runs(c: Cluster, jid: int, command: str) -> bool:
+    """Whether a process named `command` runs under the job's batch step."""
+    todo = [p for p in c.stepds(jid) if f"[{jid}.batch]" in cmdline(p)]
+    while todo:
+        pid = todo.pop()
+        if command_name(pid) == command:
+            return True
+        kids = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True, check=False).stdout
+        todo += [int(k) for k in kids.split()]
+    return False
 
 
 def fake_state(c: Cluster, node: str, i: int) -> dict[str, Any]:
@@ -175,7 +188,9 @@ def test_restored_after_scancel(cluster: Cluster) -> None:
     jid = submit(cluster.runner, ["--accel=h100:1", "--energy=efficiency", "-o", "/dev/null"], "sleep 120")
     node, _, idx = devices_of(cluster, jid)
     assert fake_state(cluster, node, idx[0])["limit_w"] == 420.0
-    time.sleep(1)  # a cancel landing while the batch shell starts can wait out KillWait (30 s)
+    # A cancel landing while the batch shell starts can wait out KillWait (30 s): once its
+    # `sleep` runs, the shell has started.
+    assert wait_until(lambda: batch_runs(cluster, jid, "sleep"), 30), cluster.stepds(jid)
     cluster.runner.run(["scancel", str(jid)])
     wait_restored(cluster, node, idx, timeout=45)
 

@@ -16,9 +16,11 @@ from click.testing import CliRunner
 
 from slurm_hetero.cli import main
 from slurm_hetero.devcluster import Cluster
+from slurm_hetero.devcluster.procs import wait_until
 from slurm_hetero.errors import RuntimeFailure
 from slurm_hetero.slurm.comment import parse_comment
 from slurm_hetero.slurm.jobs import sacct_jobs, submit, wait_done
+from slurm_hetero.slurm.parse import parse_slurm_time
 from tests.unit.test_report_browser import open_in_chromium
 
 pytestmark = pytest.mark.integration
@@ -128,21 +130,27 @@ def test_report_takes_drained_time_off_capacity(cluster: Cluster, tmp_path: Path
     cluster.runner.run(["scontrol", "update", "nodename=v100-01", "state=drain", "reason=jobpage test | fan"])
     try:
         jid = submit(cluster.runner, ["-J", "jobpage-while-drained", "-o", "/dev/null"], "true")
-        time.sleep(4)
+        time.sleep(4)  # a time, not a condition: the drain's length is what the report must measure
     finally:
         cluster.runner.run(["scontrol", "update", "nodename=v100-01", "state=resume"])
     deadline = time.monotonic() + 60
     while True:  # slurmctld tells slurmdbd of node events through its queue: wait for the end
         out = cluster.runner.out(["sacctmgr", "-n", "-P", "show", "event", "nodes=v100-01", f"start={since}",
                                   "format=NodeName,End,Reason"])
-        if any(ln.startswith("v100-01|") and "jobpage test" in ln and "|Unknown|" not in ln
-               for ln in out.splitlines()):
+        drained = [ln.split("|")[1] for ln in out.splitlines()
+                   if ln.startswith("v100-01|") and "jobpage test" in ln and "|Unknown|" not in ln]
+        if drained:
             break
         assert time.monotonic() < deadline, out
         time.sleep(0.5)
     wait_done(cluster.runner, [jid])
-    sacct_jobs(cluster.runner, [jid])  # until slurmdbd has recorded its end
-    time.sleep(1)
+    row = sacct_jobs(cluster.runner, [jid])[jid]  # until slurmdbd has recorded its end
+    # --until is in whole seconds: once the clock has left the second of the last recorded
+    # end (the job's or the drain's), the window holds both.
+    job_end, drain_end = parse_slurm_time(row["End"]), parse_slurm_time(drained[0])
+    assert job_end is not None and drain_end is not None, (row, drained)
+    last = max(job_end, drain_end)
+    assert wait_until(lambda: time.time() >= last + 1, 10), (row, drained)
     until = datetime.fromtimestamp(time.time()).strftime("%Y-%m-%dT%H:%M:%S")
     r = cli(cluster, "report", "--since", since, "--until", until, "--no-cache", "--csv", str(tmp_path))
     assert r.exit_code == 0, r.output

@@ -154,7 +154,9 @@ def test_diamond_preempts_silver_which_resumes_from_its_checkpoint(
     latest = CheckpointDir(str(folder)).latest()
     assert latest and Path(latest).read_text() == f"{STEPS} {STEPS * (STEPS + 1) // 2}"
     assert wait_until(lambda: c.nodes()[NODE].state in ("idle", "mixed"), 60), c.nodes()[NODE]
-    time.sleep(0.5)
+    # Idle is not gone: the next tests and the session's leftover check expect no slurmstepd
+    # of these jobs.
+    assert wait_until(lambda: not any(c.stepds(j) for j in ids), 30), [c.stepds(j) for j in ids]
 
 
 def test_sbatch_tells_the_user_what_the_tier_allows(cluster: Cluster) -> None:

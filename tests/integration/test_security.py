@@ -183,7 +183,9 @@ def test_energy_prolog_touches_only_the_jobs_own_gpu(cluster: Cluster, slurm_use
         jid = submit(slurm_user.runner, ["--accel=h100:1", "--energy=efficiency", "-w", "h100-01", *opts],
                      "sleep 6")
         wait_running(c, jid)
-        time.sleep(2)  # the prolog has run by now
+        # The agent logs each prolog's end (or its failure) once it has touched the devices.
+        assert wait_until(lambda: f"prolog job {jid} on h100-01" in (c.agent_dir / "agent.log").read_text(),
+                          30), (c.agent_dir / "agent.log").read_text()[-2000:]
         states = [fake_state(c, "h100-01", i) for i in range(8)]
         capped = [i for i, s in enumerate(states) if s["limit_w"] != s["default_w"]]
         assert states[0]["limit_w"] == states[0]["default_w"]  # the other job's GPU (index 0)
@@ -274,7 +276,9 @@ def test_a_snapshot_with_a_bad_pool_still_places_accelerator_jobs(cluster: Clust
                             '  ["v100@x86_64"] = { total = 4, free_max_node = 4, pending = 0 },\n'
                             '  ["h100@x86_64"] = { total = 8, free = "8", free_max_node = 8, pending = 0 },\n'
                             "} }\n")
-            time.sleep(Profile().snapshot_check_s + 0.5)  # the bridge re-reads it this often
+            # A time, not a condition: the bridge in slurmctld re-reads the file only when a job
+            # comes and at most every snapshot_check_s, and says nothing when it takes a new one.
+            time.sleep(Profile().snapshot_check_s + 0.5)
 
         write(time.time())
         for opt in ("--accel=any:1", "--accel=nvidia:2"):
