@@ -57,7 +57,7 @@ from slurm_hetero.site.model import Site
 from slurm_hetero.site.pools import pools
 from slurm_hetero.slurm.commands import sbatch_script_argv
 from slurm_hetero.slurm.runner import Runner
-from slurm_hetero.slurm.squeue import SQUEUE_JSON_ARGV
+from slurm_hetero.slurm.squeue import squeue_json_argv
 
 DEMO = Path(__file__).resolve().parents[1] / "site" / "demo" / "site.yaml"
 
@@ -367,7 +367,7 @@ class Recorder:
     def read(self) -> Reading:
         t0 = time.time()
         sinfo = self.runner.out(SINFO_JSON_ARGV)
-        squeue = self.runner.out(SQUEUE_JSON_ARGV)
+        squeue = self.runner.out(squeue_json_argv())
         r = Reading(t0, time.time(), free_devices(self.site, sinfo), waiting_jobs(self.site, squeue))
         with self.lock:
             self.history.append(r)

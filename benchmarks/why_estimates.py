@@ -106,7 +106,7 @@ from slurm_hetero.slurm.commands import (
 )
 from slurm_hetero.slurm.parse import StartEstimate, parse_squeue_start
 from slurm_hetero.slurm.runner import Runner
-from slurm_hetero.slurm.squeue import SQUEUE_JSON_ARGV
+from slurm_hetero.slurm.squeue import squeue_json_argv
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
@@ -219,7 +219,7 @@ class Sampler:
 
     def ask_why(self, runner: Runner, clock: ClockMap, due: list[str],
                 starts: dict[str, StartEstimate]) -> None:
-        jobs_text = runner.out(SQUEUE_JSON_ARGV, timeout=60)
+        jobs_text = runner.out(squeue_json_argv(), timeout=60)
         jobs = parse_queue(jobs_text)
         sinfo = runner.out(sinfo_capacity_argv(), timeout=60)
         by_id = {str(j.job_id): j for j in jobs}

@@ -54,7 +54,7 @@ from slurm_hetero.slurm.commands import cancel_argv, requeue_argv
 from slurm_hetero.slurm.comment import merge_comment, parse_comment
 from slurm_hetero.slurm.runner import Runner
 from slurm_hetero.slurm.scontrol import admin_comment_argv, move_job_argv, update_job_argv, update_jobs_argv
-from slurm_hetero.slurm.squeue import SQUEUE_JSON_ARGV, QueuedJob, parse_squeue_json
+from slurm_hetero.slurm.squeue import QueuedJob, parse_squeue_json, squeue_json_argv
 
 Log = Callable[[str], None]
 
@@ -203,7 +203,7 @@ class BridgeDaemon:
     def queue(self) -> list[QueuedJob]:
         """Every job (one `squeue --json`); malformed entries are logged and skipped."""
         try:
-            jobs, problems = parse_squeue_json(self.runner.out(SQUEUE_JSON_ARGV, timeout=30))
+            jobs, problems = parse_squeue_json(self.runner.out(squeue_json_argv(), timeout=30))
         except ValueError as e:
             raise RuntimeFailure(f"squeue --json: unreadable answer: {e}") from e
         for p in problems[:5]:

@@ -21,7 +21,7 @@ from slurm_hetero.site.pools import pools
 from slurm_hetero.slurm.commands import sinfo_capacity_argv
 from slurm_hetero.slurm.parse import parse_gres
 from slurm_hetero.slurm.runner import Runner
-from slurm_hetero.slurm.squeue import SQUEUE_JSON_ARGV, QueuedJob, parse_squeue_json
+from slurm_hetero.slurm.squeue import QueuedJob, parse_squeue_json, squeue_json_argv
 
 _UNAVAILABLE = ("drain", "down", "fail", "maint", "reserved", "unknown", "not_responding",
                 "future", "power")
@@ -129,7 +129,7 @@ def take_snapshot(site: Site, runner: Runner, path: Path, jobs: Iterable[QueuedJ
                   forecast: Forecast | None = None) -> dict[str, PoolCapacity]:
     """Write the snapshot; `jobs`: the queue when the caller has just read it."""
     if jobs is None:
-        jobs, _ = parse_squeue_json(runner.out(SQUEUE_JSON_ARGV))
+        jobs, _ = parse_squeue_json(runner.out(squeue_json_argv()))
     caps = build_snapshot(site, runner.out(sinfo_capacity_argv()), jobs)
     write_atomic(path, to_lua(caps, time.time(), forecast))
     return caps

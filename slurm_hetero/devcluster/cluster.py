@@ -60,6 +60,7 @@ from slurm_hetero.predict.tail import tail_path
 from slurm_hetero.site.model import Site
 from slurm_hetero.site.slurmlines import unquote
 from slurm_hetero.slurm.commands import (
+    assoc_mgr_user_argv,
     cancel_user_argv,
     ping_argv,
     sacctmgr_argv,
@@ -516,8 +517,7 @@ class Cluster:
         self.runtime_dir(user.pw_uid, user.pw_gid)
 
         def known() -> bool:
-            r = self.runner.run(["scontrol", "-o", "show", "assoc_mgr", f"users={name}", "flags=assoc"],
-                                check=False, timeout=10)
+            r = self.runner.run(assoc_mgr_user_argv(name), check=False, timeout=10)
             return f"UserName={name}(" in str(r.stdout)
 
         if not procs.wait_until(known, timeout, 0.3):

@@ -66,10 +66,21 @@ from slurm_hetero.monitor.cluster import gres_free
 from slurm_hetero.replay.clockmap import ClockMap, calibrate
 from slurm_hetero.replay.faults import Fault, alert_spans, dbd_queue, scrape_gaps
 from slurm_hetero.site import Site
-from slurm_hetero.slurm.commands import sinfo_capacity_argv
+from slurm_hetero.slurm.commands import (
+    cancel_argv,
+    node_jobs_argv,
+    node_names,
+    node_state_argv,
+    sacct_state_argv,
+    sbatch_wrap_argv,
+    sdiag_argv,
+    show_node_argv,
+    sinfo_capacity_argv,
+    squeue_state_argv,
+)
 from slurm_hetero.slurm.parse import parse_kv_record
 from slurm_hetero.slurm.runner import Runner
-from slurm_hetero.slurm.scontrol import parse_job_devices, show_one_job
+from slurm_hetero.slurm.scontrol import parse_job_devices, show_job_argv, show_one_job
 
 Say = Callable[[str], None]
 Undo = Callable[[], None]
@@ -441,11 +452,11 @@ class Injector:
         return dataclasses.replace(self.c.runner, extra_env=env)
 
     def _node(self, node: str) -> dict[str, str]:
-        r = self._runner().run(["scontrol", "show", "node", node], check=False, timeout=20)
+        r = self._runner().run(show_node_argv(node), check=False, timeout=20)
         return parse_kv_record(r.stdout) if r.returncode == 0 else {}
 
     def _node_state(self, node: str) -> str:
-        r = self.c.runner.run(["sinfo", "-h", "-N", "-n", node, "-o", "%T"], check=False, timeout=20)
+        r = self.c.runner.run(node_state_argv(node), check=False, timeout=20)
         return r.stdout.split()[0] if r.returncode == 0 and r.stdout.split() else ""
 
     def _slurmd_started(self, node: str, before: str, timeout: float = 60.0) -> int | None:
@@ -521,7 +532,7 @@ class Injector:
         ev["pid_before"], ev["port_closed"] = pid, not procs.port_open(port)
 
         def undo() -> None:
-            r = self.c.runner.run(["sdiag"], check=False, timeout=20)
+            r = self.c.runner.run(sdiag_argv(), check=False, timeout=20)
             ev["dbd_queue_before_return"] = dbd_queue(r.stdout) if r.returncode == 0 else None
             self.c.start_slurmdbd(timeout=60)
             ev["pid_after"] = self._pid("slurmdbd")
@@ -749,10 +760,12 @@ class Injector:
         """A job asking `gres` on `node` with `--energy=efficiency` (in the node's partition),
         `sleep_s` trace seconds long: its id. Root's, outside the trace."""
         part = self._node(node).get("Partitions", "").split(",")[0]
-        argv = ["sbatch", "--parsable", "-J", "soak-agent-probe", "-w", node, f"--gres={gres}",
-                # The limit outlasts the sleep (trace minutes): a probe ends COMPLETED, not TIMEOUT.
-                "--energy=efficiency", "-n", "1", "-t", str(int(sleep_s) // 60 + 10), "-o", "/dev/null",
-                *(["-p", part] if part else []), "--wrap", f"sleep {int(sleep_s)}"]
+        argv = sbatch_wrap_argv(
+            ["-J", "soak-agent-probe", "-w", *node_names([node]), f"--gres={gres}",
+             # The limit outlasts the sleep (trace minutes): a probe ends COMPLETED, not TIMEOUT.
+             "--energy=efficiency", "-n", "1", "-t", str(int(sleep_s) // 60 + 10), "-o", "/dev/null",
+             *(["-p", part] if part else [])],
+            f"sleep {int(sleep_s)}")
         r = self.c.runner.run(argv, check=False, timeout=60)
         jid = r.stdout.strip().split(";")[0]
         if r.returncode != 0 or not jid.isdigit():
@@ -779,9 +792,9 @@ class Injector:
     def _ended_or_cancelled(self, jid: str) -> str:
         """A probe's final state; one still pending (no devices came free) is cancelled and
         says so, rather than hold the fault schedule while it waits."""
-        r = self.c.runner.run(["squeue", "-h", "-j", jid, "-o", "%T"], check=False, timeout=20)
+        r = self.c.runner.run(squeue_state_argv(jid), check=False, timeout=20)
         if r.returncode == 0 and r.stdout.strip() == "PENDING":
-            self.c.runner.run(["scancel", jid], check=False, timeout=20)
+            self.c.runner.run(cancel_argv([jid]), check=False, timeout=20)
             return "PENDING (cancelled: never started)"
         return self._ended(jid)
 
@@ -791,11 +804,10 @@ class Injector:
         state: list[str] = [""]
 
         def final() -> bool:
-            r = self.c.runner.run(["scontrol", "show", "job", jid], check=False, timeout=20)
+            r = self.c.runner.run(show_job_argv(jid), check=False, timeout=20)
             state[0] = parse_kv_record(r.stdout).get("JobState", "") if r.returncode == 0 else ""
             if r.returncode != 0:
-                r = self.c.runner.run(["sacct", "-j", jid, "-X", "-n", "-P", "-o", "State"], check=False,
-                                      timeout=20)
+                r = self.c.runner.run(sacct_state_argv(jid), check=False, timeout=20)
                 state[0] = r.stdout.split()[0] if r.returncode == 0 and r.stdout.split() else ""
             return state[0] in ("COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL")
 
@@ -964,7 +976,7 @@ def _left_once(c: Cluster, nodes: list[str] | None) -> tuple[int, int, dict[tupl
         held: set[tuple[str, int]] = set()
         everything = False
         # %A: the plain id (an array task's or a het component's own), which scontrol takes.
-        r = c.runner.run(["squeue", "-h", "-t", "CF,R,S,CG", "-w", node, "-o", "%A"], check=False, timeout=20)
+        r = c.runner.run(node_jobs_argv(node), check=False, timeout=20)
         if r.returncode != 0:
             everything = True
         for jid in r.stdout.split() if r.returncode == 0 else []:

@@ -59,7 +59,7 @@ from slurm_hetero.slurm.parse import (
     parse_sinfo_nodes,
 )
 from slurm_hetero.slurm.runner import Runner
-from slurm_hetero.slurm.squeue import MAX_JSON_BYTES, SQUEUE_JSON_ARGV, QueuedJob, json_number, parse_job
+from slurm_hetero.slurm.squeue import MAX_JSON_BYTES, QueuedJob, json_number, parse_job, squeue_json_argv
 
 log = logging.getLogger("slurm-hetero.monitor")
 ACCOUNTING_TIMEOUT_S = 10.0  # slurmdbd answers `sacctmgr list cluster` in milliseconds
@@ -511,7 +511,7 @@ class ClusterExporter:
         figures replace the last round's."""
         t0 = time.monotonic()
         try:
-            entries, problems = parse_queue(self._out(SQUEUE_JSON_ARGV))
+            entries, problems = parse_queue(self._out(squeue_json_argv()))
         except ValueError as e:
             raise RuntimeFailure(f"squeue --json: unreadable answer: {e}") from e
         nodes = parse_sinfo_nodes(self._out(sinfo_nodes_argv()))

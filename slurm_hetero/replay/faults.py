@@ -31,7 +31,7 @@ from slurm_hetero.errors import InputError, RuntimeFailure
 from slurm_hetero.replay.sacct import NOT_ENDED, JobRecord
 from slurm_hetero.replay.submit import ACTIVE, Submission, Submitter, parse_job_id
 from slurm_hetero.replay.window import ReplayJob
-from slurm_hetero.slurm.commands import release_argv
+from slurm_hetero.slurm.commands import release_argv, squeue_observe_argv
 from slurm_hetero.slurm.runner import Runner
 
 # What each fault does (devcluster/faults.py injects and undoes it).
@@ -411,16 +411,10 @@ class PatientSubmitter(Submitter):
 
 
 # ---- what slurmctld showed ---------------------------------------------------------------
-# Job id, state, start, end, nodes and the reason: none of them text a user writes (the
-# reason last all the same). Times as epoch seconds (SLURM_TIME_FORMAT=%s).
-OBSERVE_FORMAT = "%i|%T|%S|%e|%N|%r"
+# squeue_observe_argv's lines: commands.OBSERVE_FORMAT (id, state, start, end, nodes, reason).
 FINAL = frozenset({"COMPLETED", "CANCELLED", "TIMEOUT", "FAILED", "NODE_FAIL", "PREEMPTED", "BOOT_FAIL",
                    "DEADLINE", "OUT_OF_MEMORY"})
 STARTED = FINAL | {"RUNNING", "COMPLETING", "SUSPENDED"}
-
-
-def observe_argv() -> list[str]:
-    return ["squeue", "-h", "-t", "all", "-o", OBSERVE_FORMAT]
 
 
 @dataclass
@@ -483,7 +477,7 @@ class Observer:
 
     def poll(self) -> bool:
         try:
-            r = self.runner.run(observe_argv(), check=False, timeout=20)
+            r = self.runner.run(squeue_observe_argv(), check=False, timeout=20)
         except RuntimeFailure:
             r = None
         if r is None or r.returncode != 0:

@@ -53,7 +53,7 @@ from slurm_hetero.replay.window import Selection, Window, account_for, check_spe
 from slurm_hetero.site.model import Site
 from slurm_hetero.slurm.commands import cancel_argv, sacctmgr_argv
 from slurm_hetero.slurm.runner import Runner
-from slurm_hetero.slurm.squeue import SQUEUE_JSON_ARGV
+from slurm_hetero.slurm.squeue import squeue_json_argv
 
 Say = Callable[[str], None]
 # Something that looks at the cluster while an arm replays: started with the cluster's runner
@@ -382,7 +382,7 @@ def run_arm(factory: ClusterFactory, workdir: Path, site: Site, sel: Selection, 
         records = sacct.by_job(sacct.parse_rows(text))
         replay_s = time.monotonic() - t_replay
         if not all_ended:
-            live = runner.out(SQUEUE_JSON_ARGV, timeout=120)
+            live = runner.out(squeue_json_argv(), timeout=120)
             (cluster.workdir / "squeue.json").write_text(live)
             records = sacct.with_live_comments(records, live)
             ids = [s.job_id for s in sub.subs]

@@ -45,7 +45,7 @@ from slurm_hetero.slurm.jobrecord import (
 )
 from slurm_hetero.slurm.runner import Runner, SlurmCommandError
 from slurm_hetero.slurm.sacct import TERMINAL
-from slurm_hetero.slurm.squeue import SQUEUE_JSON_ARGV, parse_squeue_json
+from slurm_hetero.slurm.squeue import parse_squeue_json, squeue_json_argv
 
 WHY = BRIDGE_WHY
 BUSY_UTIL = 5.0  # % : a device below this did no work worth the name
@@ -147,7 +147,7 @@ def fetch(runner: Runner, job_id: int) -> tuple[JobRecord, Queued | None]:
     squeue_text: str | None = None
     if rec is None or rec.state not in TERMINAL:
         try:
-            squeue_text = runner.out(SQUEUE_JSON_ARGV, timeout=60)
+            squeue_text = runner.out(squeue_json_argv(), timeout=60)
         except RuntimeFailure:
             squeue_text = None  # slurmctld down: the page says less, it still shows
     if squeue_text is not None and (rec is None or rec.state not in TERMINAL):

@@ -64,10 +64,10 @@ from slurm_hetero.slurm.parse import parse_duration_s, parse_gres
 from slurm_hetero.slurm.runner import Runner, SlurmCommandError
 from slurm_hetero.slurm.squeue import (
     MAX_JSON_BYTES,
-    SQUEUE_JSON_ARGV,
     QueuedJob,
     json_number,
     parse_job,
+    squeue_json_argv,
 )
 
 # States in which a job holds its allocation; everything neither pending nor holding has ended.
@@ -1806,7 +1806,7 @@ def fetch(runner: Runner, job_id: int, caller: Caller | None = None) -> Inputs:
     caller = caller or current_caller()
     queue_error: RuntimeFailure | None = None
     try:
-        jobs = parse_queue(runner.out(SQUEUE_JSON_ARGV, timeout=60))
+        jobs = parse_queue(runner.out(squeue_json_argv(), timeout=60))
     except RuntimeFailure as e:
         jobs, queue_error = [], e
     except ValueError as e:

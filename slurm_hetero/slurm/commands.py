@@ -66,6 +66,20 @@ def squeue_states_argv() -> list[str]:
     return ["squeue", "-h", "-t", "all", "-o", "%i %T"]
 
 
+# Job id, state, start, end, nodes and the reason: none of them text a user writes (the
+# reason last all the same). Times as epoch seconds (SLURM_TIME_FORMAT=%s).
+OBSERVE_FORMAT = "%i|%T|%S|%e|%N|%r"
+
+
+def squeue_observe_argv() -> list[str]:
+    """Every job slurmctld still lists, ended ones included, in `OBSERVE_FORMAT` (replay's poll).
+
+    >>> squeue_observe_argv()
+    ['squeue', '-h', '-t', 'all', '-o', '%i|%T|%S|%e|%N|%r']
+    """
+    return ["squeue", "-h", "-t", "all", "-o", OBSERVE_FORMAT]
+
+
 def squeue_held_argv() -> list[str]:
     """`ID REASON` of every pending job (a held one's reason is JobHeldUser or JobHeldAdmin)."""
     return ["squeue", "-h", "-t", "PD", "-o", "%i %r"]
@@ -132,11 +146,16 @@ def sacct_job_json_argv(job_id: str | int) -> list[str]:
     return ["sacct", "--json", "-j", job_ids([job_id])[0]]
 
 
-def admin_level_argv(user: str) -> list[str]:
-    """A user's AdminLevel in the accounting database (None, Operator, Administrator)."""
+def _user(user: str) -> str:
+    """user, checked to be a plain user name (never an option or a second key)."""
     if not re.fullmatch(r"[A-Za-z0-9_.][A-Za-z0-9_.-]{0,63}", user):
         raise ValueError(f"not a user name: {user!r}")
-    return sacctmgr_argv("-n", "-P", "show", "user", user, "format=AdminLevel")
+    return user
+
+
+def admin_level_argv(user: str) -> list[str]:
+    """A user's AdminLevel in the accounting database (None, Operator, Administrator)."""
+    return sacctmgr_argv("-n", "-P", "show", "user", _user(user), "format=AdminLevel")
 
 
 def sbatch_wrap_argv(options: Sequence[str], wrap: str) -> list[str]:
@@ -242,3 +261,69 @@ def squeue_start_all_argv() -> list[str]:
 def show_config_argv() -> list[str]:
     """slurmctld's running configuration (`Key = Value` lines; SlurmUser among them)."""
     return ["scontrol", "show", "config"]
+
+
+def sdiag_argv() -> list[str]:
+    """slurmctld's statistics (its RPC counts, the DBD agent queue: replay.faults.dbd_queue)."""
+    return ["sdiag"]
+
+
+# ---- the dev cluster and its soak faults (devcluster/) ---------------------------------------
+def show_node_argv(node: str) -> list[str]:
+    """`scontrol show node NODE`: one node's `Key=Value` record (parse.parse_kv_record).
+
+    >>> show_node_argv("npu-01")
+    ['scontrol', 'show', 'node', 'npu-01']
+    """
+    return ["scontrol", "show", "node", *node_names([node])]
+
+
+def node_state_argv(node: str) -> list[str]:
+    """One node's state as sinfo prints it (`idle`, `mixed`, `down*`, ...), no header.
+
+    >>> node_state_argv("npu-01")
+    ['sinfo', '-h', '-N', '-n', 'npu-01', '-o', '%T']
+    """
+    return ["sinfo", "-h", "-N", "-n", *node_names([node]), "-o", "%T"]
+
+
+def node_jobs_argv(node: str) -> list[str]:
+    """The plain ids (`%A`: an array task's or a het component's own, which scontrol takes) of
+    the jobs holding NODE (configuring, running, suspended, completing).
+
+    >>> node_jobs_argv("npu-01")
+    ['squeue', '-h', '-t', 'CF,R,S,CG', '-w', 'npu-01', '-o', '%A']
+    """
+    return ["squeue", "-h", "-t", "CF,R,S,CG", "-w", *node_names([node]), "-o", "%A"]
+
+
+def squeue_state_argv(job_id: str | int) -> list[str]:
+    """One job's state (`PENDING`, `RUNNING`, ...) while slurmctld lists it; no line once it
+    has forgotten the job.
+
+    >>> squeue_state_argv(42)
+    ['squeue', '-h', '-j', '42', '-o', '%T']
+    """
+    return ["squeue", "-h", "-j", *job_ids([job_id]), "-o", "%T"]
+
+
+def sacct_state_argv(job_id: str | int) -> list[str]:
+    """One job's state in accounting (the allocation's line only).
+
+    >>> sacct_state_argv(42)
+    ['sacct', '-j', '42', '-X', '-n', '-P', '-o', 'State']
+    """
+    return ["sacct", "-j", *job_ids([job_id]), "-X", "-n", "-P", "-o", "State"]
+
+
+def assoc_mgr_user_argv(user: str) -> list[str]:
+    """slurmctld's cached associations of one user (`UserName=NAME(UID)` once it knows them).
+
+    >>> assoc_mgr_user_argv("alice")
+    ['scontrol', '-o', 'show', 'assoc_mgr', 'users=alice', 'flags=assoc']
+    >>> assoc_mgr_user_argv("-x")
+    Traceback (most recent call last):
+    ...
+    ValueError: not a user name: '-x'
+    """
+    return ["scontrol", "-o", "show", "assoc_mgr", f"users={_user(user)}", "flags=assoc"]

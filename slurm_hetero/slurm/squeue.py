@@ -14,7 +14,12 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-SQUEUE_JSON_ARGV = ["squeue", "--json"]
+
+def squeue_json_argv() -> list[str]:
+    """`squeue --json`: every job slurmctld lists, as structured fields."""
+    return ["squeue", "--json"]
+
+
 MAX_JSON_BYTES = 1 << 30  # a 22.05 job is ~5 KB: room for ~200k jobs
 
 

@@ -19,7 +19,7 @@ from slurm_hetero.site import Site, load_site
 from slurm_hetero.slurm.commands import release_argv
 from slurm_hetero.slurm.comment import parse_comment
 from slurm_hetero.slurm.jobs import sacct_jobs, submit, wait_done
-from slurm_hetero.slurm.squeue import SQUEUE_JSON_ARGV, QueuedJob, parse_squeue_json
+from slurm_hetero.slurm.squeue import QueuedJob, parse_squeue_json, squeue_json_argv
 
 pytestmark = pytest.mark.integration
 
@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def queued(c: Cluster, jid: int) -> QueuedJob | None:
-    jobs, _ = parse_squeue_json(c.runner.out(SQUEUE_JSON_ARGV))
+    jobs, _ = parse_squeue_json(c.runner.out(squeue_json_argv()))
     return next((j for j in jobs if j.job_id == jid), None)
 
 

@@ -42,7 +42,7 @@ from slurm_hetero.slurm.parse import SACCT_DELIMITER
 from slurm_hetero.slurm.runner import Runner
 from slurm_hetero.slurm.sacct import FIELDS, epoch_runner, sacct_argv
 from slurm_hetero.slurm.scontrol import parse_job_record, show_job_argv
-from slurm_hetero.slurm.squeue import SQUEUE_JSON_ARGV, parse_squeue_json
+from slurm_hetero.slurm.squeue import parse_squeue_json, squeue_json_argv
 from tests.integration.conftest import SlurmUser
 from tests.predict_fixture import export_model
 
@@ -228,7 +228,7 @@ def test_the_daemon_grants_no_time_from_user_text_and_survives_it(cluster: Clust
                          extend=ExtendPolicy(margin_s=10**6), log=logs.append)
         d.run(rounds=3)
         assert not [ln for ln in logs if "limit" in ln or "failed" in ln], logs
-        queue = {j.job_id: j for j in parse_squeue_json(c.runner.out(SQUEUE_JSON_ARGV))[0]}
+        queue = {j.job_id: j for j in parse_squeue_json(c.runner.out(squeue_json_argv()))[0]}
         for name, jid in ids.items():
             assert queue[jid].time_limit_min == 3, name
         # The cluster's own daemon (it ran rounds over these jobs meanwhile) is alive.

@@ -35,14 +35,14 @@ from slurm_hetero.slurm.commands import (
 )
 from slurm_hetero.slurm.jobs import submit, wait_done
 from slurm_hetero.slurm.runner import Runner
-from slurm_hetero.slurm.squeue import SQUEUE_JSON_ARGV
+from slurm_hetero.slurm.squeue import squeue_json_argv
 from tests.integration.conftest import SlurmUser
 
 pytestmark = pytest.mark.integration
 
 
 def queued(runner: Runner, job_id: int) -> QJob | None:
-    return next((j for j in parse_queue(runner.out(SQUEUE_JSON_ARGV)) if j.job_id == job_id), None)
+    return next((j for j in parse_queue(runner.out(squeue_json_argv())) if j.job_id == job_id), None)
 
 
 def state_is(runner: Runner, job_id: int, *states: str) -> bool:

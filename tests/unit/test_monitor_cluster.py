@@ -35,7 +35,7 @@ from slurm_hetero.slurm.commands import sacctmgr_ping_argv, sinfo_capacity_argv,
 from slurm_hetero.slurm.events import parse_events
 from slurm_hetero.slurm.parse import parse_sinfo_nodes
 from slurm_hetero.slurm.runner import Runner
-from slurm_hetero.slurm.squeue import SQUEUE_JSON_ARGV, parse_job, parse_squeue_json
+from slurm_hetero.slurm.squeue import parse_job, parse_squeue_json, squeue_json_argv
 
 ROOT = Path(__file__).resolve().parents[2]
 CAPTURED = ROOT / "tests" / "data" / "captured"
@@ -149,7 +149,7 @@ def test_exporter_asks_slurm_once_per_round(site: Site, tmp_path: Path) -> None:
     exp = ClusterExporter(site, slurm, snap, every=60)
     exp.round()
     exp.round()
-    assert slurm.argvs == [SQUEUE_JSON_ARGV, sinfo_nodes_argv(), sinfo_capacity_argv()] * 2
+    assert slurm.argvs == [squeue_json_argv(), sinfo_nodes_argv(), sinfo_capacity_argv()] * 2
     m = scrape(exp)
     assert m["hetero_bridge_snapshot_up"][0][1] == 1
     assert m["hetero_bridge_snapshot_age_seconds"][0][1] == pytest.approx(42, abs=2)

@@ -34,7 +34,7 @@ from slurm_hetero.monitor.waits import REASONS, WAIT_BUCKETS_S, WaitHistograms, 
 from slurm_hetero.site import Site, load_site
 from slurm_hetero.slurm.commands import sinfo_capacity_argv
 from slurm_hetero.slurm.parse import parse_sinfo_nodes
-from slurm_hetero.slurm.squeue import SQUEUE_JSON_ARGV, parse_job
+from slurm_hetero.slurm.squeue import parse_job, squeue_json_argv
 from tests import benchmark
 from tests.unit.test_monitor_cluster import CapturedSlurm, scrape
 
@@ -253,13 +253,13 @@ def test_the_fast_tier_reads_free_devices_between_rounds(site: Site) -> None:
     slurm = CapturedSlurm(squeue=SQUEUE, sinfo=SINFO, capacity=CAPACITY)
 
     def stop() -> bool:
-        return sum(a == SQUEUE_JSON_ARGV for a in slurm.argvs) >= 2
+        return sum(a == squeue_json_argv() for a in slurm.argvs) >= 2
 
     exp = ClusterExporter(site, slurm, None, every=1.0, fast_every=0.05)
     t0 = time.monotonic()
     exp.run(stop)
     assert time.monotonic() - t0 < 30
-    kinds = ["squeue" if a == SQUEUE_JSON_ARGV else "-O" if a == sinfo_capacity_argv() else a[0]
+    kinds = ["squeue" if a == squeue_json_argv() else "-O" if a == sinfo_capacity_argv() else a[0]
              for a in slurm.argvs]
     # a round: slurmdbd's check (sacctmgr), the queue, the nodes, the free devices
     full = ["sacctmgr", "squeue", "sinfo", "-O"]
