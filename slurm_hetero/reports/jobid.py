@@ -15,7 +15,9 @@ BRIDGE_WHY = {
     "starts-now": "a pool could start it at once (free devices on one node, no queue); the cheapest "
     "in normalized units of those",
     "least-backlog": "no pool could start it at once: the pool with the shortest backlog",
-    "static": "no fresh capacity snapshot: the smallest model that satisfies the request",
+    "stale-backlog": "the capacity snapshot was stale (the bridge daemon was not writing it): the pool "
+    "with the shortest backlog by that snapshot and the jobs placed since",
+    "static": "no capacity snapshot: the smallest model that satisfies the request",
 }
 
 

@@ -144,7 +144,7 @@ def test_a_snapshot_without_a_usable_time_is_unreadable(js: JobSubmit, site: Sit
 @pytest.mark.parametrize(("offset", "why", "state"), [
     (0, "starts-now", "fresh"),
     (-30, "starts-now", "fresh"),
-    (-31, "static", "stale: static order applies"),
+    (-31, "stale-backlog", "stale: pools by its backlog and what was placed since"),
     (5, "starts-now", "fresh"),  # a few seconds of clock skew between hosts
     (6, "static", "from the future (6 s ahead of this clock): static order applies"),
     (86400 * 365, "static", "from the future (31536000 s ahead of this clock): static order applies"),
@@ -320,8 +320,9 @@ def test_a_rejected_file_keeps_the_last_good_snapshot(js: JobSubmit, site: Site)
     assert errors(js) == [f"slurm-hetero: capacity snapshot {js.state}/hetero-snapshot.lua rejected "  # type: ignore[attr-defined]
                           "(not data: 's' at byte 13 is not a field name): the previous one applies until stale"]
     js.now += 21  # the last good one grows stale as usual
-    assert decision(js.submit({"accel": "any:2"})[1])["why"] == "static"
-    assert len(errors(js)) == 1 and js.logs[-1] == ("info", "slurm-hetero: capacity snapshot stale: static order applies")
+    assert decision(js.submit({"accel": "any:2"})[1])["why"] == "stale-backlog"
+    assert len(errors(js)) == 1 and js.logs[-1] == (
+        "info", "slurm-hetero: capacity snapshot stale: pools by its backlog and what was placed since")
 
 
 # Strings and comments are data: what not_data refuses in code, they may hold.

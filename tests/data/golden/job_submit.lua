@@ -651,7 +651,8 @@ local function read_snapshot()
     f:close()
 end
 
--- The snapshot's data when it is fresh (else nil) and its age in seconds (nil: none).
+-- The snapshot's data when it is fresh (else nil; a stale one's stays in snap.data) and its
+-- age in seconds (nil: none).
 local function snapshot(now)
     if now - snap.checked >= SNAPSHOT_CHECK_S then
         snap.checked = now
@@ -669,7 +670,7 @@ local function snapshot(now)
     end
     local age = now - data.generated_at
     if age > SNAPSHOT_STALE_S then
-        note_snapshot("stale", ": static order applies")
+        note_snapshot("stale", ": pools by its backlog and what was placed since")
         return nil, age
     end
     if age < -CLOCK_SKEW_S then
@@ -764,21 +765,27 @@ end
 -- With a fresh snapshot: pools where the job can start now come first, cheapest (fewest
 -- normalized units) first; then the others by shortest backlog (pending + requested - free
 -- devices, per device of the pool). Free is what the snapshot saw less what this slurmctld
--- placed since. Without one: the static order (smallest model first).
-local function choose(cands, data)
+-- placed since. With a stale one (the daemon stopped, or cannot write): no pool is taken to
+-- start it now, the rest as above; what was placed since keeps adding to each pool's
+-- backlog, so an outage's jobs spread over the pools by their size instead of all queueing
+-- behind the smallest model (the fault soak: nine pods waited a whole day in a one-node
+-- pool). Without one (none yet, unreadable, from the future): the static order.
+local function choose(cands, data, stale)
+    local d = data or stale
     for _, c in ipairs(cands) do
-        local s = data and data.pools[c.pool.key]
+        local s = d and d.pools[c.pool.key]
         if s then
             local free = s.free - (placed[c.pool.key] or 0)
-            c.now = (min(s.free_max_node, free) >= c.n and s.pending == 0)
+            c.now = data ~= nil and (min(s.free_max_node, free) >= c.n and s.pending == 0)
             c.backlog = (s.pending + c.n - free) / max(s.total, 1)
         else
             c.now, c.backlog = false, HUGE
         end
     end
-    tsort(cands, data and by_snapshot or by_order)
+    tsort(cands, d and by_snapshot or by_order)
     local best = cands[1]
-    if data == nil then return best, "static" end
+    if d == nil then return best, "static" end
+    if data == nil then return best, "stale-backlog" end
     return best, best.now and "starts-now" or "least-backlog"
 end
 
@@ -994,8 +1001,9 @@ local function decide(job_desc, opts, now, partition, tres)
                 (partition and (" in partition " .. shown(partition)) or "") .. size)
         end
         local data, age = snapshot(now)
-        local best, why = choose(cands, data)
-        if data then placed[best.pool.key] = (placed[best.pool.key] or 0) + best.n end
+        local stale = data == nil and snap.state == "stale" and snap.data or nil
+        local best, why = choose(cands, data, stale)
+        if data or stale then placed[best.pool.key] = (placed[best.pool.key] or 0) + best.n end
         local m, texts = MODELS[best.pool.model], pool_text(best)
         set.tres_per_node = texts.tres
         arch = best.pool.arch
