@@ -3,6 +3,7 @@ cluster per arm, every Slurm process on one accelerated clock (`clock.py`)."""
 
 from __future__ import annotations
 
+import pwd
 import shutil
 from pathlib import Path
 
@@ -53,6 +54,10 @@ class DevReplayCluster:
 
     def down(self) -> None:
         self.cluster.down(log=lambda *_: None)
+
+    def user_ready(self, name: str) -> None:
+        user = pwd.getpwnam(name)
+        self.cluster.runtime_dir(user.pw_uid, user.pw_gid)
 
     def explain(self) -> str:
         return self.cluster.explain()

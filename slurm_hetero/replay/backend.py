@@ -32,6 +32,11 @@ class ReplayCluster(Protocol):
 
     def down(self) -> None: ...
 
+    def user_ready(self, name: str) -> None:
+        """What the local user `name` needs on the nodes besides its association: its runtime
+        folder (runc's state for its container jobs), as logind makes /run/user/UID."""
+        ...
+
     def explain(self) -> str:
         """The log lines that most likely explain a failure."""
         ...

@@ -351,6 +351,9 @@ def run_arm(factory: ClusterFactory, workdir: Path, site: Site, sel: Selection, 
             say(f"[{arm.name}] cluster up in {boot:.1f} s (x{speed:g}) in {cluster.workdir}")
         runner = cluster.runner
         add_accounts(runner, site.name, sel.accounts, users)
+        if users == "local":  # their container jobs keep runc's state in their runtime folder
+            for name in sel.accounts:
+                cluster.user_ready(name)
         script = cluster.workdir / "replay-job.sh"
         req = request_for(site, arm, users)
         if arm.work:
