@@ -1,6 +1,6 @@
 """Pools: (accelerator model, architecture) pairs, the unit the bridge chooses between.
 
-Their order is the documented static order used when no fresh capacity snapshot exists:
+Their order is the documented static order used when there is no capacity snapshot:
 the smallest model (fewest normalized units per device) first, then the architecture.
 """
 
