@@ -25,7 +25,9 @@ def wait_done(runner: Runner, ids: Sequence[int], timeout: float = 120.0) -> Non
     wanted = ",".join(map(str, ids))
     deadline = time.monotonic() + timeout
     while True:
-        active = runner.out(["squeue", "-h", "-j", wanted, "-o", "%i"], check=False).split()
+        # A failed squeue (slurmctld busy) says nothing: only an answer without the jobs is done.
+        r = runner.run(["squeue", "-h", "-j", wanted, "-o", "%i"], check=False)
+        active = r.stdout.split() if r.returncode == 0 else [f"(squeue failed: {r.stderr.strip()[-200:]})"]
         if not active:
             return
         if time.monotonic() > deadline:

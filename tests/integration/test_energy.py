@@ -232,10 +232,18 @@ def test_array_tasks_and_het_jobs_get_their_policy(cluster: Cluster) -> None:
     het = submit(cluster.runner, ["-p", "gpu", "--gres=gpu:a100-80gb:1", "-o", "/dev/null",
                                   ":", "-p", "cpu"], "sleep 3")
     wait_done(cluster.runner, [arr, het])
-    raw = cluster.runner.out(["sacct", "-X", "-n", "-P", "-j", f"{arr},{het}", "-o", "JobIDRaw,JobID"])
-    ids = dict(line.split("|") for line in raw.split())
-    tasks = [j for j, shown in ids.items() if shown.startswith(f"{arr}_")]
-    assert len(tasks) == 2 and str(arr) in tasks, ids  # the last task to start keeps the array's id
+    ids: dict[str, str] = {}
+    tasks: list[str] = []
+
+    def both_tasks_booked() -> bool:  # slurmdbd books each task's own record after it starts
+        raw = cluster.runner.out(["sacct", "-X", "-n", "-P", "-j", f"{arr},{het}", "-o", "JobIDRaw,JobID"])
+        ids.clear()
+        ids.update((a, b) for a, b in (line.split("|", 1) for line in raw.split()))
+        tasks[:] = [j for j, shown in ids.items() if shown.startswith(f"{arr}_")]
+        return len(tasks) == 2
+
+    assert wait_until(both_tasks_booked, 30, 0.5), ids
+    assert str(arr) in tasks, ids  # the last task to start keeps the array's id
     log = (cluster.agent_dir / "agent.log").read_text()
     for j in tasks:
         assert re.search(rf"INFO prolog job {j} on a100-0\d: policy efficiency, 1 devices", log), (j, log)
