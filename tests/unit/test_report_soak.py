@@ -26,8 +26,9 @@ from slurm_hetero.reports.soak import timeline
 from tests.unit.test_report_browser import needs_chromium, open_in_chromium
 
 RESULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
-FAULTED_DAY = RESULTS / "soak-kth-day-faulted.json"
-BASELINE_DAY = RESULTS / "soak-kth-day-baseline.json"
+# The KTH day before the hooks, power and containers (the figures below are that run's).
+FAULTED_DAY = RESULTS / "soak-kth-day-nohooks-faulted.json"
+BASELINE_DAY = RESULTS / "soak-kth-day-nohooks-baseline.json"
 TRACE = Path(__file__).resolve().parents[1] / "data" / "replay" / "kth-window.swf"
 
 # Two faults in a 2-hour window: the daemon stopped 1000-1900 s (its alert fired 300 s in and
