@@ -380,7 +380,7 @@ class PatientSubmitter(Submitter):
                 left = left[chunk:]
                 continue
             if not transient(err):
-                super()._release(left[:chunk], chunk)  # some may be released all the same
+                self.release_each(left[:chunk], self.clock.now())  # some were released all the same
                 self.unreleased += [s.job_id for s in left[:chunk] if s.released is None]
                 left = left[chunk:]
                 continue

@@ -25,7 +25,12 @@ from pathlib import Path
 from slurm_hetero.errors import InputError, RuntimeFailure
 from slurm_hetero.replay.clockmap import ClockMap
 from slurm_hetero.replay.window import ReplayJob
-from slurm_hetero.slurm.commands import release_argv, sbatch_script_argv, squeue_held_argv, squeue_states_argv
+from slurm_hetero.slurm.commands import (
+    release_argv,
+    sbatch_script_argv,
+    squeue_reasons_argv,
+    squeue_states_argv,
+)
 from slurm_hetero.slurm.runner import Runner
 
 BODY = ("#!/bin/sh\n# slurm-hetero replay: a trace job's body, its runtime on the cluster's clock\n"
@@ -33,8 +38,10 @@ BODY = ("#!/bin/sh\n# slurm-hetero replay: a trace job's body, its runtime on th
 # How long a replay drains after its last submission: until every job has ended, or until
 # every measured job has started (its wait, and so its slowdown, is known then).
 DRAIN_UNTIL = ("ended", "started")
+
+
 def held_ids(out: str) -> set[str]:
-    """The ids `squeue -o "%i %r"` (squeue_held_argv) shows held by a user or an admin.
+    """The ids `squeue -o "%i %r"` (squeue_reasons_argv) shows held by a user or an admin.
 
     >>> sorted(held_ids("7 JobHeldUser\\n8 Priority\\n9 JobHeldAdmin\\n"))
     ['7', '9']
@@ -202,14 +209,17 @@ class Submitter:
         r = self.runner.run(release_argv([s.job_id for s in due]), check=False, timeout=60)
         now = self.clock.now()
         if r.returncode != 0:
-            # A job still held after the list failed is tried alone (the list's failure
-            # may have come before it).
-            for s in self.mark_released(due, now):
-                if self.runner.run(release_argv([s.job_id]), check=False, timeout=60).returncode == 0:
-                    s.released = self.clock.now()
+            self.release_each(due, now)
             return
         for s in due:
             s.released = now
+
+    def release_each(self, tried: list[Submission], at: float) -> None:
+        """After the release of `tried` failed `at`: each job still held is tried alone (the
+        list's failure may have come before it), the others are released."""
+        for s in self.mark_released(tried, at):
+            if self.runner.run(release_argv([s.job_id]), check=False, timeout=60).returncode == 0:
+                s.released = self.clock.now()
 
     def mark_released(self, tried: list[Submission], at: float) -> list[Submission]:
         """After a release that failed: the jobs Slurm lists and no longer holds were
@@ -218,9 +228,9 @@ class Submitter:
         available now" while the partition's nodes are powered down. Asking it again would
         fail for the ones already released; the queue says which are. Returns those
         still held."""
-        listed = self.runner.out(squeue_states_argv(), timeout=60)
+        listed = self.runner.out(squeue_reasons_argv(), timeout=60)
         known = {ln.split(None, 1)[0] for ln in listed.splitlines() if ln.strip()}
-        held = held_ids(self.runner.out(squeue_held_argv(), timeout=60))
+        held = held_ids(listed)
         for s in tried:
             if s.released is None and s.job_id in known and s.job_id not in held:
                 s.released = at

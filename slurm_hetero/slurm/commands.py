@@ -80,9 +80,10 @@ def squeue_observe_argv() -> list[str]:
     return ["squeue", "-h", "-t", "all", "-o", OBSERVE_FORMAT]
 
 
-def squeue_held_argv() -> list[str]:
-    """`ID REASON` of every pending job (a held one's reason is JobHeldUser or JobHeldAdmin)."""
-    return ["squeue", "-h", "-t", "PD", "-o", "%i %r"]
+def squeue_reasons_argv() -> list[str]:
+    """`ID REASON` of every job slurmctld still lists (a held one's reason is JobHeldUser or
+    JobHeldAdmin; a running or ended one's None)."""
+    return ["squeue", "-h", "-t", "all", "-o", "%i %r"]
 
 
 def squeue_pending_argv() -> list[str]:

@@ -209,11 +209,12 @@ class PoweredDownPartition(FakeSlurm):
             self.held -= set(ids) - self.stuck
             err = "".join(f"Job {i}: Requested partition configuration not available now\n" for i in fail)
             return subprocess.CompletedProcess(argv, 1 if fail else 0, "", err)
-        if argv[:3] == ["squeue", "-h", "-t"] and argv[3] == "PD":
-            return subprocess.CompletedProcess(argv, 0, "".join(f"{i} JobHeldUser\n" for i in self.held), "")
         if argv[0] == "squeue":
             every = range(1, self.ids + 1)
-            out = "".join(f"{i} {'PENDING' if str(i) in self.held else 'RUNNING'}\n" for i in every)
+            if argv[-1] == "%i %r":
+                out = "".join(f"{i} {'JobHeldUser' if str(i) in self.held else 'None'}\n" for i in every)
+            else:
+                out = "".join(f"{i} {'PENDING' if str(i) in self.held else 'RUNNING'}\n" for i in every)
             return subprocess.CompletedProcess(argv, 0, out, "")
         return super().run(argv)
 
@@ -231,3 +232,21 @@ def test_a_release_that_fails_for_one_job_counts_every_job_it_released(tmp_path:
     # The still-held job was tried alone; the ones already released were not asked again.
     alone = [argv[2] for _, argv in slurm.calls if argv[:2] == ["scontrol", "release"]][1:]
     assert alone == ["4"]
+
+
+def test_the_soaks_submitter_after_a_refused_list_asks_only_for_the_jobs_still_held(tmp_path: Path) -> None:
+    """PatientSubmitter (the soak's): a refusal that is not an outage is not retried as a
+    list; the queue says which jobs were released anyway, only the held one is asked again."""
+    from slurm_hetero.replay.faults import PatientSubmitter
+
+    clock = ClockMap(time.time(), 0.0, SPEED)
+    slurm = PoweredDownPartition(clock=clock, unavailable={"2"}, stuck={"4"})
+    jobs = [ReplayJob(str(i), 0, 60, 5, 1, 0, "1", True) for i in range(5)]
+    sub = PatientSubmitter(slurm, jobs, clock, clock.now(), Request(False), tmp_path / "j", tmp_path, lead_s=0.2)
+    for j in jobs:
+        sub._submit(j)
+    sub._release(sub.subs)
+    released = {s.job_id for s in sub.subs if s.released is not None}
+    assert released == {"1", "2", "3", "5"} and slurm.held == {"4"} and sub.unreleased == ["4"]
+    lists = [argv[2] for _, argv in slurm.calls if argv[:2] == ["scontrol", "release"]]
+    assert lists == ["1,2,3,4,5", "4"]
