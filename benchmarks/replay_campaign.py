@@ -32,6 +32,11 @@ from slurm_hetero.replay.run import ArmResult
 
 PAIRS = (("bridge", "plain"), ("easy++", "plain"), ("bridge", "easy++"), ("bridge-central", "plain"),
          ("bridge-central", "easy++"), ("bridge-central", "bridge"),
+         # limits shortened only for jobs predicted to run at most 30 min / 2 h (--shorten-max)
+         ("bridge-short30", "plain"), ("bridge-short30", "easy++"), ("bridge-short30", "bridge-central"),
+         ("bridge-short120", "plain"), ("bridge-short120", "easy++"), ("bridge-short120", "bridge-short30"),
+         # central limits, the queue ordered by the upper quantile (--order upper)
+         ("bridge-order90", "plain"), ("bridge-order90", "easy++"), ("bridge-order90", "bridge-central"),
          # the model's order alone (SiteFactor), every job keeping its user's limit
          ("bridge-nolimits", "plain"), ("bridge", "bridge-nolimits"),
          # the GPU pods: --accel (start soonest, no model) against fixed models, and with migration
@@ -129,8 +134,9 @@ def main() -> int:
     p.add_argument("--note", action="append", default=[],
                    help="a line stored with the figures (e.g. the commit the windows ran at)")
     a = p.parse_args()
-    rows, commands = [], []
-    windows: list[tuple[Path, dict[str, ArmResult]]] = []
+    commands = []
+    # A window's arms may come from several runs (an arm added later): joined by the window's start.
+    by_start: dict[int, tuple[Path, dict[str, ArmResult]]] = {}
     for path in sorted(a.parts):
         try:
             doc = json.loads(path.read_text())
@@ -142,13 +148,19 @@ def main() -> int:
                 found = [(int(w["start"]), {k: ArmResult.from_json(v) for k, v in w["arms"].items()})
                          for w in doc["windows"]]
             for start, res in found:
-                rows.append(window_row(start, res))
-                windows.append((path, res))
+                first, have = by_start.setdefault(start, (path, {}))
+                twice = sorted(set(have) & set(res))
+                if twice:
+                    print(f"{path}: window {start} arms {', '.join(twice)} are in {first} too",
+                          file=sys.stderr)
+                    return 2
+                have.update(res)
             commands.append(doc.get("command") if isinstance(doc, dict) else None)
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
             print(f"{path}: not a replay_kth.py or replay_alibaba.py result: {e}", file=sys.stderr)
             return 2
-    rows.sort(key=lambda r: r["start"])
+    windows = [by_start[s] for s in sorted(by_start)]
+    rows = [window_row(s, res) for s, (_, res) in zip(sorted(by_start), windows, strict=True)]
     summary = {"log": a.log, "windows": len(rows), "commands": commands, "notes": a.note,
                "merge_command": " ".join(sys.argv),
                "ratios": {key: ratios(rows, key) for key in KEYS},

@@ -49,7 +49,7 @@ from slurm_hetero.errors import InputError
 from slurm_hetero.fileio import write_json_atomic
 from slurm_hetero.jobs.trace import KTH_SP2
 from slurm_hetero.replay.metrics import ALL, Outcome, slowdown
-from slurm_hetero.replay.run import ArmResult, easy_model, parse_arms, run_arm, train_model
+from slurm_hetero.replay.run import ArmResult, parse_arms, predictor_files, run_arm
 from slurm_hetero.replay.submit import DRAIN_UNTIL
 from slurm_hetero.replay.trace import read_trace
 from slurm_hetero.replay.window import Capacity, Window, busiest, in_band, select
@@ -204,13 +204,8 @@ def main() -> int:
     for i, start in enumerate(starts):
         w = Window(start, a.hours, a.warmup_hours)
         sel = select(df, w, Capacity.of(site))
-        models = {"model": train_model(df, w, base / f"w{i}" / "predict.lua", users=a.users)
-                  if any(arm.model and arm.predictor == "model" for arm in arms) else None,
-                  "model-central": train_model(df, w, base / f"w{i}" / "central.lua", users=a.users,
-                                               limit="central")
-                  if any(arm.predictor == "model-central" for arm in arms) else None,
-                  "easy++": easy_model(df, w, base / f"w{i}" / "easy.lua", users=a.users)
-                  if any(arm.predictor == "easy++" for arm in arms) else None}
+        models = predictor_files(df, w, base / f"w{i}", {arm.predictor for arm in arms if arm.model},
+                                 users=a.users, names={"model": "predict.lua"})
         res: dict[str, ArmResult] = {}
         for arm in arms:
             t = time.monotonic()

@@ -294,9 +294,12 @@ class BridgeDaemon:
             if j.state != "PENDING":
                 continue
             pred = j.decision.get("pred")
-            p50 = pred.get("p50") if isinstance(pred, dict) else None
-            estimate = (float(p50) if isinstance(p50, int | float) and not isinstance(p50, bool)
-                        and math.isfinite(p50) else (j.limit_min or 60) * 60.0)
+            # What the bridge ordered the job by: "sf_s" where not its p50 (`model export
+            # --order upper`), else the p50, else the job's limit.
+            tried = (j.decision.get("sf_s"), pred.get("p50") if isinstance(pred, dict) else None)
+            seconds = [float(v) for v in tried
+                       if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)]
+            estimate = seconds[0] if seconds else (j.limit_min or 60) * 60.0
             value = self.factor.site_factor(estimate, j.waited_s)
             sf = j.decision.get("sf")  # what the bridge set at submit (bridge.lua)
             if j.job_id not in self.factors and isinstance(sf, int) and not isinstance(sf, bool):

@@ -117,7 +117,7 @@ def replay_group(factory: Callable[[Path], Any]) -> click.Group:
         """Replay a window of TRACE on a fresh cluster per arm; print and save the figures."""
         from slurm_hetero.replay import report
         from slurm_hetero.replay.run import check_fidelity as run_fidelity
-        from slurm_hetero.replay.run import easy_model, parse_arms, run_arm, train_model
+        from slurm_hetero.replay.run import parse_arms, predictor_files, run_arm, train_model
         from slurm_hetero.replay.trace import read_trace_counted, resolve_start, select_for
         from slurm_hetero.replay.window import Window, check_speed
         from slurm_hetero.site import load_site
@@ -154,15 +154,12 @@ def replay_group(factory: Callable[[Path], Any]) -> click.Group:
         if model == "none":
             arm_list = [dataclasses.replace(a, model=False) if a.model and a.predictor == "model" else a
                         for a in arm_list]
-        central = any(a.predictor == "model-central" for a in arm_list)
-        if central and model != "auto":
-            raise InputError("--arms bridge-central trains its own model: give --model auto")
-        predictors = {"model": model_path,
-                      "model-central": train_model(df, window, out / "central.lua", say, users,
-                                                   limit="central")
-                      if central else None,
-                      "easy++": easy_model(df, window, out / "easy.lua", users)
-                      if any(a.predictor == "easy++" for a in arm_list) else None}
+        own = sorted({a.predictor for a in arm_list if a.model and a.predictor != "model"})
+        trained = [p for p in own if p != "easy++"]
+        if trained and model != "auto":
+            raise InputError(f"--arms with {', '.join(trained)} train their own model: give --model auto")
+        predictors: dict[str, Path | None] = {"model": model_path,
+                                              **predictor_files(df, window, out, own, say, users)}
         say(f"window {window.start}..{window.end} (+{window.warmup_hours:g} h warm-up): "
             f"{len(sel.jobs)} jobs, {len(sel.accounts)} users; x{speed:g}")
         fid = None

@@ -23,7 +23,7 @@ import pwd
 import stat
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -90,6 +90,12 @@ ARMS = {
     "easy++": Arm("easy++", bridge=True, model=True, predictor="easy++"),
     # The model's central prediction as the limit (`model export --limit central`).
     "bridge-central": Arm("bridge-central", bridge=True, model=True, predictor="model-central"),
+    # bridge-central with limits shortened only for jobs predicted to run at most 30 min / 2 h
+    # (`--shorten-max`): a job predicted longer keeps its user's limit.
+    "bridge-short30": Arm("bridge-short30", bridge=True, model=True, predictor="model-short30"),
+    "bridge-short120": Arm("bridge-short120", bridge=True, model=True, predictor="model-short120"),
+    # bridge-central with the queue ordered by the upper quantile (`model export --order upper`).
+    "bridge-order90": Arm("bridge-order90", bridge=True, model=True, predictor="model-order90"),
     # bridge-nomodel with pending-job migration: compare it with bridge-nomodel
     "bridge-migrate": Arm("bridge-migrate", bridge=True, model=False, migrate=True),
     # With work bodies (a job on a faster pool ends sooner; a requeued one resumes): without
@@ -420,31 +426,56 @@ def _history_before(trace: pd.DataFrame, window: Window, users: str) -> pd.DataF
     return before
 
 
+# How each trained-model predictor is exported: (limit, shorten_max_s, order) of `model export`.
+MODEL_EXPORTS: dict[str, tuple[str, int | None, str]] = {
+    "model": ("upper", None, "central"), "model-central": ("central", None, "central"),
+    "model-short30": ("central", 30 * 60, "central"), "model-short120": ("central", 120 * 60, "central"),
+    "model-order90": ("central", None, "upper"),
+}
+
+
 def train_model(trace: pd.DataFrame, window: Window, out: Path, say: Say | None = None,
                 users: str = "root", limit: str = "upper") -> Path:
     """A runtime model trained only on jobs that ended before the replay's first
     submission, with the users' history as of then, exported for job_submit.lua (its tail
     beside it: the daemon's online history goes on from there)."""
+    kind = next(k for k, v in MODEL_EXPORTS.items() if v == (limit, None, "central"))
+    return predictor_files(trace, window, out.parent, [kind], say, users, {kind: out.name})[kind]
+
+
+def predictor_files(trace: pd.DataFrame, window: Window, out: Path, predictors: Iterable[str],
+                    say: Say | None = None, users: str = "root",
+                    names: dict[str, str] | None = None) -> dict[str, Path]:
+    """Each predictor in `predictors` (MODEL_EXPORTS' or "easy++") as a chunk in `out`: the model
+    trained once, on the jobs that ended before the window, exported once per kind."""
     from slurm_hetero.predict import export_lua
     from slurm_hetero.predict.train import train
 
+    wanted = sorted(set(predictors))
+    unknown = [p for p in wanted if p not in MODEL_EXPORTS and p != "easy++"]
+    if unknown:
+        raise ValueError(f"unknown predictors {unknown}")
     before = _history_before(trace, window, users)
-    if say:
-        say(f"training the runtime model on {len(before)} jobs that ended before the window")
-    try:
-        model = train(before, until=window.first)
-    except InputError as e:
-        raise InputError(f"--model auto: {e} before the window; start it later or give --model none") from e
-    text = export_lua.export_text(model, before, until=window.first, limit=limit)
-    return _export(text, before, window, out)
-
-
-def easy_model(trace: pd.DataFrame, window: Window, out: Path, users: str = "root") -> Path:
-    """The EASY++ reference predictor (export_lua.export_easy) with the same history."""
-    from slurm_hetero.predict import export_lua
-
-    before = _history_before(trace, window, users)
-    return _export(export_lua.export_easy(before, until=window.first), before, window, out)
+    files: dict[str, Path] = {}
+    model = None
+    for kind in wanted:
+        path = out / ((names or {}).get(kind) or f"{kind}.lua")
+        if kind == "easy++":
+            files[kind] = _export(export_lua.export_easy(before, until=window.first), before, window, path)
+            continue
+        if model is None:
+            if say:
+                say(f"training the runtime model on {len(before)} jobs that ended before the window")
+            try:
+                model = train(before, until=window.first)
+            except InputError as e:
+                raise InputError(f"--model auto: {e} before the window; start it later or give "
+                                 "--model none") from e
+        limit, shorten, order = MODEL_EXPORTS[kind]
+        text = export_lua.export_text(model, before, until=window.first, limit=limit, shorten_max_s=shorten,
+                                      order=order)
+        files[kind] = _export(text, before, window, path)
+    return files
 
 
 def _export(text: str, before: pd.DataFrame, window: Window, out: Path) -> Path:

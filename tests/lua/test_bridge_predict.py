@@ -10,6 +10,7 @@ from slurm_hetero.bridge.luarun import JobSubmit
 from slurm_hetero.bridge.snapshot import PoolCapacity, to_lua
 from slurm_hetero.conf import Profile, render_site
 from slurm_hetero.errors import InputError
+from slurm_hetero.jobs.sitefactor import FactorPolicy
 from slurm_hetero.predict import export_lua
 from slurm_hetero.site import Site
 from slurm_hetero.site.pools import pools
@@ -48,6 +49,56 @@ def test_a_model_exported_with_the_central_limit_plans_with_its_p50(site: Site, 
     assert (d["shortened"], d["user_limit_min"]) == (True, 600) and "ext" not in d
     with pytest.raises(InputError, match="--limit middle"):
         export_model(tmp_path / "bad.lua", limit="middle")
+
+
+def test_shorten_max_keeps_the_user_limit_of_a_job_predicted_long(site: Site, tmp_path: Path) -> None:
+    """`model export --shorten-max`: a job whose p50 is above it keeps its user's limit (it
+    must not backfill into the holes short jobs need); one at or below it is shortened."""
+    def submit(cap_s: int, user: str, minutes: int) -> tuple[int, dict[str, object]]:
+        chunk = export_model(tmp_path / f"m{cap_s}.lua", limit="central", shorten_max_s=cap_s).read_text()
+        js = JobSubmit(render_site(site, Profile(state_dir=str(tmp_path), model_lua=chunk))["job_submit.lua"])
+        js.state = tmp_path  # type: ignore[attr-defined]
+        fresh_snapshot(js, site)
+        rc, desc = js.submit({"arch": "x86_64"}, user_name=user, time_limit=minutes, min_cpus=4)
+        assert rc == 0, js.logs
+        return desc.get("time_limit", minutes), parse_comment(desc["admin_comment"])
+
+    # user003 asks for 10 hours and is predicted hours (p50 well above an hour)
+    limit, d = submit(3600, "user003", 600)
+    assert d["pred"]["p50"] > 3600 and limit == 600 and "shortened" not in d, d
+    # a cap above its p50: shortened to the p50 as with no cap
+    limit, d = submit(600 * 60, "user003", 600)
+    assert limit == max(1, -(-d["pred"]["p50"] // 60)) < 600 and d["shortened"] is True, d
+    # root's jobs run about 20 s: under a one-minute cap, shortened to a minute
+    limit, d = submit(60, "root", 10)
+    assert limit == 1 and d["shortened"] is True, d
+    with pytest.raises(InputError, match="--shorten-max 30 s"):
+        export_lua.render(None, {}, 0, shorten_max_s=30)  # type: ignore[arg-type]
+
+
+def test_order_upper_makes_sitefactor_of_the_upper_quantile_and_tells_the_daemon(site: Site,
+                                                                                  tmp_path: Path) -> None:
+    """`model export --order upper`: SiteFactor from the p90, recorded as "sf_s" (the daemon
+    keeps that order as the job waits); the limit is still the p50 with `--limit central`."""
+    policy = FactorPolicy()
+    got = {}
+    for order in ("central", "upper"):
+        chunk = export_model(tmp_path / f"{order}.lua", limit="central", order=order).read_text()
+        js = JobSubmit(render_site(site, Profile(state_dir=str(tmp_path), model_lua=chunk))["job_submit.lua"])
+        js.state = tmp_path  # type: ignore[attr-defined]
+        fresh_snapshot(js, site)
+        rc, desc = js.submit({"arch": "x86_64"}, user_name="user003", time_limit=600, min_cpus=4)
+        assert rc == 0, js.logs
+        d = parse_comment(desc["admin_comment"])
+        got[order] = (desc["site_factor"], desc["time_limit"], d)
+    sf, limit, d = got["central"]
+    assert sf == d["sf"] == policy.site_factor(d["pred"]["p50"], 0) and "sf_s" not in d
+    sf, limit, d = got["upper"]
+    assert d["sf_s"] == d["pred"]["p90"] > d["pred"]["p50"]  # user003: hours apart
+    assert sf == d["sf"] == policy.site_factor(d["pred"]["p90"], 0) < got["central"][0]
+    assert limit == got["central"][1] == max(1, -(-d["pred"]["p50"] // 60)) < 600  # still the p50
+    with pytest.raises(InputError, match="--order middle"):
+        export_model(tmp_path / "bad.lua", order="middle")
 
 
 def test_the_easy_reference_asks_for_tsafrirs_correction(site: Site, tmp_path: Path) -> None:

@@ -226,6 +226,26 @@ def test_site_factors_go_out_one_command_per_value_and_only_when_they_change(tmp
     assert d.set_factors(short + long) == 0 and runner.updates == []  # nothing changed: no RPC
 
 
+def test_a_job_ordered_by_its_upper_quantile_keeps_that_order_as_it_waits(tmp_path: Path) -> None:
+    """`model export --order upper`: the bridge records the p90 it ordered by ("sf_s"); the
+    daemon's SiteFactor goes on from it, not from the shorter p50, or the job would jump ahead
+    at the daemon's first round. A bad "sf_s" falls back to the p50."""
+    from slurm_hetero.bridge.daemon import BridgeDaemon, JobRow
+    from slurm_hetero.site import load_site
+
+    site = load_site(Path(__file__).resolve().parents[2] / "site" / "demo" / "site.yaml")
+    runner = HostileRunner([])
+    d = BridgeDaemon(site, runner, tmp_path / "snap.lua", log=lambda _: None)  # type: ignore[arg-type]
+    pred = {"p50": 420, "p90": 64800}
+    jobs = [JobRow("1", "PENDING", 1080, 0.0, 3600.0, {"pred": pred, "sf_s": 64800}),
+            JobRow("2", "PENDING", 1080, 0.0, 3600.0, {"pred": pred}),
+            JobRow("3", "PENDING", 1080, 0.0, 3600.0, {"pred": pred, "sf_s": "64800; scancel"})]
+    d.set_factors(jobs)
+    got = {j: u[3] for u in runner.updates for j in u[2].removeprefix("JobId=").split(",")}
+    assert got["1"] == f"SiteFactor={d.factor.site_factor(64800, 3600.0)}"
+    assert got["2"] == got["3"] == f"SiteFactor={d.factor.site_factor(420, 3600.0)}" != got["1"]
+
+
 def test_rounds_stretch_on_a_large_queue_but_stay_fresh(tmp_path: Path) -> None:
     from slurm_hetero.bridge.daemon import MAX_GAP_S, BridgeDaemon
     from slurm_hetero.site import load_site

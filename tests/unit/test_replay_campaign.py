@@ -70,3 +70,25 @@ def test_geometric_mean_is_symmetric_and_absent_pairs_are_left_out(monkeypatch: 
     down, ci_inv = g([1 / 3.8, 1 / 0.9, 1 / 0.5])
     assert up * down == pytest.approx(1.0) and ci[0] * ci_inv[1] == pytest.approx(1.0)
     assert g([1.0, 0.0]) == (None, None) and g([]) == (None, None)
+
+
+def test_a_windows_arms_from_two_runs_are_joined_and_none_counts_twice(monkeypatch: pytest.MonkeyPatch,
+                                                                       tmp_path: Path,
+                                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    """An arm run later for the same window (its start) joins that window's row; the same arm
+    in two runs of one window is refused, as it would be counted twice."""
+    doc = json.loads(WINDOW.read_text())
+    w = doc["windows"][0]
+    first = {"command": "run 1", "windows": [{"start": w["start"], "arms": {"plain": w["arms"]["plain"]}}]}
+    later = {"command": "run 2", "windows": [{"start": w["start"], "arms": {"bridge": w["arms"]["bridge"]}}]}
+    (tmp_path / "a.json").write_text(json.dumps(first))
+    (tmp_path / "b.json").write_text(json.dumps(later))
+    joined = merge(monkeypatch, tmp_path, tmp_path / "a.json", tmp_path / "b.json")
+    whole = merge(monkeypatch, tmp_path, WINDOW)
+    assert joined["windows"] == 1 and joined["commands"] == ["run 1", "run 2"]
+    assert joined["ratios"]["ave_bsld"]["bridge/plain"] == whole["ratios"]["ave_bsld"]["bridge/plain"]
+    (tmp_path / "c.json").write_text(json.dumps(first))
+    monkeypatch.setattr(sys, "argv", ["replay_campaign.py", "--log", "x", str(tmp_path / "a.json"),
+                                      str(tmp_path / "c.json"), "--out", str(tmp_path / "o")])
+    assert campaign().main() == 2 and "arms plain are in" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()

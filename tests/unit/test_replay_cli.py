@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pandas as pd
+import pytest
 from click.testing import CliRunner
 
 from slurm_hetero.replay import report
@@ -59,3 +61,35 @@ def test_show_prints_a_saved_result_and_refuses_other_files(tmp_path: Path) -> N
     (tmp_path / "x.json").write_text(json.dumps({"format": "other"}))
     r = CliRunner().invoke(CLI, ["show", str(tmp_path / "x.json")])
     assert r.exit_code == 2 and "not a replay result" in r.output
+
+
+def test_predictor_files_train_once_and_export_each_kind(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The replay's model arms share one model trained on the jobs that ended before the
+    window; each kind is its own export (limit, shorten-max); easy++ trains nothing."""
+    from slurm_hetero.predict import synthetic
+    from slurm_hetero.predict import train as train_mod
+    from slurm_hetero.replay import run
+    from tests.predict_fixture import PARAMS
+
+    calls: list[int] = []
+    real = train_mod.train
+
+    def fast(df: pd.DataFrame, until: int | None = None) -> train_mod.Model:
+        calls.append(len(df))
+        return real(df, PARAMS, until=until)
+
+    monkeypatch.setattr(train_mod, "train", fast)
+    trace = synthetic.workload(jobs=1500, users=12, seed=4)
+    window = Window(int(trace["submit"].quantile(0.8)), 1.0, 0.5)
+    kinds = ["model", "model-central", "model-short30", "model-order90", "easy++"]
+    files = run.predictor_files(trace, window, tmp_path, kinds, names={"model": "predict.lua"})
+    assert sorted(files) == sorted(kinds) and files["model"] == tmp_path / "predict.lua"
+    assert calls == [int((trace["end"].between(0, window.first - 1)).sum())]  # once, on the past only
+    text = {k: p.read_text() for k, p in files.items()}
+    assert 'limit = "upper",' in text["model"] and "shorten_max_s = nil," in text["model"]
+    assert 'limit = "central",' in text["model-central"] and "shorten_max_s = nil," in text["model-central"]
+    assert "shorten_max_s = 1800," in text["model-short30"] and "EASY++" in text["easy++"]
+    assert 'order = "upper",' in text["model-order90"] and 'order = "central",' in text["model-central"]
+    assert all((tmp_path / f"{p.name}").exists() for p in files.values())
+    with pytest.raises(ValueError, match="model-psychic"):
+        run.predictor_files(trace, window, tmp_path, ["model-psychic"])

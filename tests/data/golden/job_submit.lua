@@ -1196,9 +1196,13 @@ local function add_prediction(job_desc, set, now, job_partition, tres, record)
     -- at no wait: set here, it costs slurmctld no update RPC per new job; "sf" tells the
     -- daemon what the job holds.
     if SITE_FACTOR then
-        local sf = site_factor(ceil(p50))
+        -- `model export --order upper`: ordered by the upper quantile, which the daemon is
+        -- told ("sf_s") so that it keeps the same order as the job waits.
+        local basis = MODEL.order == "upper" and ceil(p90) or ceil(p50)
+        local sf = site_factor(basis)
         set.site_factor = sf
         pred = pred .. ',"sf":' .. itext(sf)
+        if basis ~= ceil(p50) then pred = pred .. ',"sf_s":' .. itext(basis) end
     end
     -- The heartbeat matters only where limits may be shortened: no snapshot look-up otherwise.
     if PREDICTED_LIMITS[partition] and user_min and snapshot(now) then
@@ -1206,7 +1210,10 @@ local function add_prediction(job_desc, set, now, job_partition, tres, record)
         -- central`) the central prediction, extended when a job outlives it.
         local planned = MODEL.limit == "central" and p50 or p90
         local short = max(1, ceil(planned / 60))
-        if short < user_min then
+        -- A job predicted long keeps its user's limit (`model export --shorten-max`): a
+        -- shortened one would let it backfill into the holes the short jobs behind it need.
+        local cap = MODEL.shorten_max_s
+        if short < user_min and (type(cap) ~= "number" or p50 <= cap) then
             set.time_limit = short
             pred = pred .. ',"shortened":true,"user_limit_min":' .. itext(user_min)
             -- How the daemon extends it when it outlives the prediction, if not by doubling.
