@@ -32,11 +32,10 @@ from slurm_hetero.replay.run import ArmResult
 
 PAIRS = (("bridge", "plain"), ("easy++", "plain"), ("bridge", "easy++"), ("bridge-central", "plain"),
          ("bridge-central", "easy++"), ("bridge-central", "bridge"),
-         # limits shortened only for jobs predicted to run at most 30 min / 2 h (--shorten-max)
-         ("bridge-short30", "plain"), ("bridge-short30", "easy++"), ("bridge-short30", "bridge-central"),
-         ("bridge-short120", "plain"), ("bridge-short120", "easy++"), ("bridge-short120", "bridge-short30"),
          # central limits, the queue ordered by the upper quantile (--order upper)
          ("bridge-order90", "plain"), ("bridge-order90", "easy++"), ("bridge-order90", "bridge-central"),
+         # and limits shortened only where the p90 is at most 0.9 of the user's (--shorten-when-sure)
+         ("bridge-cautious", "plain"), ("bridge-cautious", "easy++"), ("bridge-cautious", "bridge-order90"),
          # the model's order alone (SiteFactor), every job keeping its user's limit
          ("bridge-nolimits", "plain"), ("bridge", "bridge-nolimits"),
          # the GPU pods: --accel (start soonest, no model) against fixed models, and with migration

@@ -33,12 +33,12 @@ def history(jobs: int = 6000, root_jobs: int = 400) -> pd.DataFrame:
 
 
 def export_model(path: Path, table: pd.DataFrame | None = None, limit: str = "upper",
-                 shorten_max_s: int | None = None, order: str = "central") -> Path:
+                 sure: float | None = None, order: str = "central") -> Path:
     """The model trained on `table` (default: `history()`), exported to `path` with its
     users' tail beside it, as `model export` writes them."""
     table = history() if table is None else table
     users, until = export_lua.users_state(table)
     export_lua.write(export_lua.render(train(table, PARAMS), users, until, limit=limit,
-                                       shorten_max_s=shorten_max_s, order=order), path)
+                                       sure=sure, order=order), path)
     write_tail(table, until, tail_path(path))
     return path

@@ -198,15 +198,16 @@ def eval_cmd(table: Path, sources: tuple[str, ...], test_fraction: float, json_o
               help="On partitions with predicted limits, a job's limit is its upper-quantile prediction "
                    "(few jobs outlive it) or its central one (backfill plans tighter; about half the jobs "
                    "are extended by the bridge daemon).")
-@click.option("--shorten-max", "shorten_max_min", type=click.IntRange(min=1), default=None, metavar="MINUTES",
-              help="Shorten limits only for jobs whose central prediction is at most MINUTES; a job "
-                   "predicted longer keeps its user's limit [default: any job].")
+@click.option("--shorten-when-sure", "sure", type=float, default=None, metavar="SHARE",
+              help="Shorten a job's limit only where its upper quantile is at most SHARE of its "
+                   "user's limit (e.g. 0.9); a job the model is unsure of keeps its user's limit "
+                   "[default: any job].")
 @click.option("--order", type=click.Choice(["central", "upper"]), default="central", show_default=True,
               help="The prediction that orders the queue (SiteFactor): the central one, or the upper "
                    "quantile (a job the model is unsure of does not jump the queue on a short guess).")
 @reports_errors
 def export_cmd(model_file: Path, history: Path, source: str | None, until: int | None, output: Path,
-               limit: str, shorten_max_min: int | None, order: str) -> None:
+               limit: str, sure: float | None, order: str) -> None:
     """Compile MODEL and the users' history into one Lua 5.1 chunk for job_submit.lua."""
     from slurm_hetero.jobs import table as jobtable
     from slurm_hetero.predict import export_lua
@@ -217,8 +218,7 @@ def export_cmd(model_file: Path, history: Path, source: str | None, until: int |
     df = _select(jobtable.read(history), (source,) if source else ())
     users, until = export_lua.users_state(df, until)
     text = export_lua.render(m, users, until, limit=limit,
-                             shorten_max_s=None if shorten_max_min is None else 60 * shorten_max_min,
-                             order=order)
+                             sure=sure, order=order)
     export_lua.write(text, output)
     # Each user's last jobs beside it: the bridge daemon adds the jobs that end later.
     write_tail(df, until, tail_path(output))

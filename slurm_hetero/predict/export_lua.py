@@ -145,22 +145,22 @@ ORDERS = ("central", "upper")
 
 def export_text(model: Model, history: pd.DataFrame, until: int | None = None,
                 generated_at: int | None = None, limit: str = "upper",
-                shorten_max_s: int | None = None, order: str = "central") -> str:
+                sure: float | None = None, order: str = "central") -> str:
     """The Lua chunk: trees of both models, the users' state from `history` (one source)."""
     users, until = users_state(history, until)
-    return render(model, users, until, generated_at, limit, shorten_max_s, order)
+    return render(model, users, until, generated_at, limit, sure, order)
 
 
 def render(model: Model, users: dict[str, list[float]], until: int, generated_at: int | None = None,
-           limit: str = "upper", shorten_max_s: int | None = None, order: str = "central") -> str:
+           limit: str = "upper", sure: float | None = None, order: str = "central") -> str:
     if limit not in LIMITS:
         raise InputError(f"--limit {limit}: choose {' or '.join(LIMITS)}")
     if order not in ORDERS:
         raise InputError(f"--order {order}: choose {' or '.join(ORDERS)}")
-    if shorten_max_s is not None and shorten_max_s < 60:
-        raise InputError(f"--shorten-max {shorten_max_s} s: give at least a minute (or none: any job)")
+    if sure is not None and not 0 < sure <= 1:
+        raise InputError(f"--shorten-when-sure {sure:g}: give a share of the user's limit in (0, 1]")
     return _render(users, until, generated_at, limit=limit, order=order,
-                   shorten_max_s="nil" if shorten_max_s is None else str(int(shorten_max_s)),
+                   sure="nil" if sure is None else lua_number(float(sure)),
                    # A Lua comment line: a source name (a file name) must not end it and start code.
                    trained_on=" ".join((", ".join(model.info.get("sources", [])) or "unknown data").split()),
                    quantile=lua_number(model.quantile), default_runtime=lua_number(model.default_runtime),
@@ -185,7 +185,7 @@ def export_easy(history: pd.DataFrame, until: int | None = None, generated_at: i
     """The EASY++ reference as a model chunk the bridge loads like a trained one (same
     history, same online overlay), for the replay's `easy++` arm."""
     users, until = users_state(history, until)
-    return _render(users, until, generated_at, limit="central", shorten_max_s="nil", order="central",
+    return _render(users, until, generated_at, limit="central", sure="nil", order="central",
                    trained_on="EASY++ (last-two average, no trees)",
                    quantile=lua_number(0.5), default_runtime=lua_number(EASY_DEFAULT_RUNTIME),
                    upper_shift=lua_number(0.0), partitions=[],

@@ -90,10 +90,9 @@ ARMS = {
     "easy++": Arm("easy++", bridge=True, model=True, predictor="easy++"),
     # The model's central prediction as the limit (`model export --limit central`).
     "bridge-central": Arm("bridge-central", bridge=True, model=True, predictor="model-central"),
-    # bridge-central with limits shortened only for jobs predicted to run at most 30 min / 2 h
-    # (`--shorten-max`): a job predicted longer keeps its user's limit.
-    "bridge-short30": Arm("bridge-short30", bridge=True, model=True, predictor="model-short30"),
-    "bridge-short120": Arm("bridge-short120", bridge=True, model=True, predictor="model-short120"),
+    # bridge-order90 with limits shortened only where the p90 is at most 0.9 of the user's
+    # (`--shorten-when-sure 0.9 --order upper`): a job the model is unsure of keeps its limit.
+    "bridge-cautious": Arm("bridge-cautious", bridge=True, model=True, predictor="model-cautious"),
     # bridge-central with the queue ordered by the upper quantile (`model export --order upper`).
     "bridge-order90": Arm("bridge-order90", bridge=True, model=True, predictor="model-order90"),
     # bridge-nomodel with pending-job migration: compare it with bridge-nomodel
@@ -426,11 +425,10 @@ def _history_before(trace: pd.DataFrame, window: Window, users: str) -> pd.DataF
     return before
 
 
-# How each trained-model predictor is exported: (limit, shorten_max_s, order) of `model export`.
-MODEL_EXPORTS: dict[str, tuple[str, int | None, str]] = {
+# How each trained-model predictor is exported: (limit, sure, order) of `model export`.
+MODEL_EXPORTS: dict[str, tuple[str, float | None, str]] = {
     "model": ("upper", None, "central"), "model-central": ("central", None, "central"),
-    "model-short30": ("central", 30 * 60, "central"), "model-short120": ("central", 120 * 60, "central"),
-    "model-order90": ("central", None, "upper"),
+    "model-order90": ("central", None, "upper"), "model-cautious": ("central", 0.9, "upper"),
 }
 
 
@@ -471,9 +469,8 @@ def predictor_files(trace: pd.DataFrame, window: Window, out: Path, predictors: 
             except InputError as e:
                 raise InputError(f"--model auto: {e} before the window; start it later or give "
                                  "--model none") from e
-        limit, shorten, order = MODEL_EXPORTS[kind]
-        text = export_lua.export_text(model, before, until=window.first, limit=limit, shorten_max_s=shorten,
-                                      order=order)
+        limit, sure, order = MODEL_EXPORTS[kind]
+        text = export_lua.export_text(model, before, until=window.first, limit=limit, sure=sure, order=order)
         files[kind] = _export(text, before, window, path)
     return files
 

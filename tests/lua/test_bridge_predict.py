@@ -51,29 +51,30 @@ def test_a_model_exported_with_the_central_limit_plans_with_its_p50(site: Site, 
         export_model(tmp_path / "bad.lua", limit="middle")
 
 
-def test_shorten_max_keeps_the_user_limit_of_a_job_predicted_long(site: Site, tmp_path: Path) -> None:
-    """`model export --shorten-max`: a job whose p50 is above it keeps its user's limit (it
-    must not backfill into the holes short jobs need); one at or below it is shortened."""
-    def submit(cap_s: int, user: str, minutes: int) -> tuple[int, dict[str, object]]:
-        chunk = export_model(tmp_path / f"m{cap_s}.lua", limit="central", shorten_max_s=cap_s).read_text()
+def test_shorten_when_sure_keeps_the_user_limit_of_a_job_the_model_is_unsure_of(site: Site,
+                                                                                 tmp_path: Path) -> None:
+    """`model export --shorten-when-sure SHARE`: a job whose p90 is above SHARE of its user's
+    limit keeps that limit (a short guess would let a long job into the short jobs' holes);
+    one at or below it is shortened to its p50 as without the option."""
+    def submit(sure: float) -> tuple[int, dict[str, object]]:
+        chunk = export_model(tmp_path / f"m{sure}.lua", limit="central", sure=sure).read_text()
         js = JobSubmit(render_site(site, Profile(state_dir=str(tmp_path), model_lua=chunk))["job_submit.lua"])
         js.state = tmp_path  # type: ignore[attr-defined]
         fresh_snapshot(js, site)
-        rc, desc = js.submit({"arch": "x86_64"}, user_name=user, time_limit=minutes, min_cpus=4)
+        rc, desc = js.submit({"arch": "x86_64"}, user_name="user003", time_limit=600, min_cpus=4)
         assert rc == 0, js.logs
-        return desc.get("time_limit", minutes), parse_comment(desc["admin_comment"])
+        return desc.get("time_limit", 600), parse_comment(desc["admin_comment"])
 
-    # user003 asks for 10 hours and is predicted hours (p50 well above an hour)
-    limit, d = submit(3600, "user003", 600)
-    assert d["pred"]["p50"] > 3600 and limit == 600 and "shortened" not in d, d
-    # a cap above its p50: shortened to the p50 as with no cap
-    limit, d = submit(600 * 60, "user003", 600)
-    assert limit == max(1, -(-d["pred"]["p50"] // 60)) < 600 and d["shortened"] is True, d
-    # root's jobs run about 20 s: under a one-minute cap, shortened to a minute
-    limit, d = submit(60, "root", 10)
-    assert limit == 1 and d["shortened"] is True, d
-    with pytest.raises(InputError, match="--shorten-max 30 s"):
-        export_lua.render(None, {}, 0, shorten_max_s=30)  # type: ignore[arg-type]
+    limit, d = submit(1.0)  # a p90 never exceeds the user's limit: every job as without it
+    share = d["pred"]["p90"] / 36000
+    assert limit == max(1, -(-d["pred"]["p50"] // 60)) < 600 and d["shortened"] is True and share < 0.99, d
+    limit, d = submit(round(share - 0.01, 4))  # unsure by that share: the user's 10 hours
+    assert limit == 600 and "shortened" not in d and d["pred"]["p90"] / 36000 == share, d
+    limit, d = submit(round(share + 0.01, 4))
+    assert limit < 600 and d["shortened"] is True, d
+    for bad in (0.0, 1.5):
+        with pytest.raises(InputError, match="--shorten-when-sure"):
+            export_lua.render(None, {}, 0, sure=bad)  # type: ignore[arg-type]
 
 
 def test_order_upper_makes_sitefactor_of_the_upper_quantile_and_tells_the_daemon(site: Site,

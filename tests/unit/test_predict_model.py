@@ -118,14 +118,14 @@ def test_cli_ingest_train_eval_export(tmp_path: Path) -> None:
     r = run.invoke(model_group, ["export", str(model_file), "--history", str(jobs), "-o", str(lua)])
     assert r.exit_code == 0, r.output
     assert lua.read_text().startswith("-- hetero-predict ") and "5 users with history" in r.output
-    assert "shorten_max_s = nil," in lua.read_text()  # any job's limit may be shortened
+    assert "sure = nil," in lua.read_text()  # any job's limit may be shortened
     r = run.invoke(model_group, ["export", str(model_file), "--history", str(jobs), "-o", str(lua),
-                                 "--limit", "central", "--shorten-max", "30", "--order", "upper"])
-    assert r.exit_code == 0 and 'limit = "central",' in lua.read_text() and "shorten_max_s = 1800," in lua.read_text()
+                                 "--limit", "central", "--shorten-when-sure", "0.9", "--order", "upper"])
+    assert r.exit_code == 0 and 'limit = "central",' in lua.read_text() and "sure = 0.9," in lua.read_text()
     assert 'order = "upper",' in lua.read_text()
     r = run.invoke(model_group, ["export", str(model_file), "--history", str(jobs), "-o", str(lua),
-                                 "--shorten-max", "0"])
-    assert r.exit_code == 2 and "--shorten-max" in r.output
+                                 "--shorten-when-sure", "0"])
+    assert r.exit_code == 2 and "--shorten-when-sure" in r.output
 
 
 def test_cli_errors(tmp_path: Path) -> None:

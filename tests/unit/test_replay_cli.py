@@ -65,7 +65,7 @@ def test_show_prints_a_saved_result_and_refuses_other_files(tmp_path: Path) -> N
 
 def test_predictor_files_train_once_and_export_each_kind(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The replay's model arms share one model trained on the jobs that ended before the
-    window; each kind is its own export (limit, shorten-max); easy++ trains nothing."""
+    window; each kind is its own export (limit, sure, order); easy++ trains nothing."""
     from slurm_hetero.predict import synthetic
     from slurm_hetero.predict import train as train_mod
     from slurm_hetero.replay import run
@@ -81,14 +81,15 @@ def test_predictor_files_train_once_and_export_each_kind(tmp_path: Path, monkeyp
     monkeypatch.setattr(train_mod, "train", fast)
     trace = synthetic.workload(jobs=1500, users=12, seed=4)
     window = Window(int(trace["submit"].quantile(0.8)), 1.0, 0.5)
-    kinds = ["model", "model-central", "model-short30", "model-order90", "easy++"]
+    kinds = ["model", "model-central", "model-cautious", "model-order90", "easy++"]
     files = run.predictor_files(trace, window, tmp_path, kinds, names={"model": "predict.lua"})
     assert sorted(files) == sorted(kinds) and files["model"] == tmp_path / "predict.lua"
     assert calls == [int((trace["end"].between(0, window.first - 1)).sum())]  # once, on the past only
     text = {k: p.read_text() for k, p in files.items()}
-    assert 'limit = "upper",' in text["model"] and "shorten_max_s = nil," in text["model"]
-    assert 'limit = "central",' in text["model-central"] and "shorten_max_s = nil," in text["model-central"]
-    assert "shorten_max_s = 1800," in text["model-short30"] and "EASY++" in text["easy++"]
+    assert 'limit = "upper",' in text["model"] and "sure = nil," in text["model"]
+    assert 'limit = "central",' in text["model-central"] and "sure = nil," in text["model-central"]
+    assert "sure = 0.9," in text["model-cautious"] and 'order = "upper",' in text["model-cautious"]
+    assert "EASY++" in text["easy++"]
     assert 'order = "upper",' in text["model-order90"] and 'order = "central",' in text["model-central"]
     assert all((tmp_path / f"{p.name}").exists() for p in files.values())
     with pytest.raises(ValueError, match="model-psychic"):

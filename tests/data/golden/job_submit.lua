@@ -1210,10 +1210,11 @@ local function add_prediction(job_desc, set, now, job_partition, tres, record)
         -- central`) the central prediction, extended when a job outlives it.
         local planned = MODEL.limit == "central" and p50 or p90
         local short = max(1, ceil(planned / 60))
-        -- A job predicted long keeps its user's limit (`model export --shorten-max`): a
-        -- shortened one would let it backfill into the holes the short jobs behind it need.
-        local cap = MODEL.shorten_max_s
-        if short < user_min and (type(cap) ~= "number" or p50 <= cap) then
+        -- `model export --shorten-when-sure`: a job whose p90 is near its user's limit (the
+        -- model is unsure of it) keeps that limit; a short guess would let a long job backfill
+        -- into the holes the short jobs behind it need, then be extended again and again.
+        local sure = MODEL.sure
+        if short < user_min and (type(sure) ~= "number" or p90 <= sure * user_min * 60) then
             set.time_limit = short
             pred = pred .. ',"shortened":true,"user_limit_min":' .. itext(user_min)
             -- How the daemon extends it when it outlives the prediction, if not by doubling.
