@@ -813,11 +813,12 @@ class Cluster:
         self._sql(" ".join([*drops, "ALTER USER 'root'@'localhost' IDENTIFIED VIA unix_socket;",
                             "DROP DATABASE IF EXISTS test;", "FLUSH PRIVILEGES;"]))
 
-    def start_bridge(self, site: Site, every: float = 2.0, margin: float = 120.0, wait: float = 20.0,
+    def start_bridge(self, site: Site, every: float = 2.0, margin: float = 120.0, wait: float = 60.0,
                      history: bool = True) -> None:
         """The bridge daemon (capacity snapshot and heartbeat, limit extensions, SiteFactor),
         under a supervisor that restarts it when it dies; `wait`: seconds for its first
-        snapshot (a queue of tens of thousands of jobs takes longer to read); without
+        snapshot (a queue of tens of thousands of jobs takes longer to read, and a loaded
+        machine longer to start Python: 20 s failed a replay among ten); without
         `history` it publishes no users' history (the model's predictions stay as exported)."""
         if site.path is None:
             raise InputError("cluster up needs a site loaded from a file (the daemon re-reads it)")
