@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -56,7 +57,7 @@ def test_shorten_when_sure_keeps_the_user_limit_of_a_job_the_model_is_unsure_of(
     """`model export --shorten-when-sure SHARE`: a job whose p90 is above SHARE of its user's
     limit keeps that limit (a short guess would let a long job into the short jobs' holes);
     one at or below it is shortened to its p50 as without the option."""
-    def submit(sure: float) -> tuple[int, dict[str, object]]:
+    def submit(sure: float) -> tuple[int, dict[str, Any]]:
         chunk = export_model(tmp_path / f"m{sure}.lua", limit="central", sure=sure).read_text()
         js = JobSubmit(render_site(site, Profile(state_dir=str(tmp_path), model_lua=chunk))["job_submit.lua"])
         js.state = tmp_path  # type: ignore[attr-defined]
