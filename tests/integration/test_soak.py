@@ -15,6 +15,7 @@ policy); `--short --faults` naming agent-fail is where policies are applied to t
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -61,7 +62,18 @@ def test_each_fault_happened(soak: tuple[int, dict[str, Any]]) -> None:
     assert stop["pid_after"] == stop["pid_before"] and stop["heartbeat_back_real_s"] is not None
     # It mattered: jobs submitted just after the stop (the heartbeat still fresh) got shortened
     # limits that came due while it lasted; they ran on (OverTimeLimit), none killed early.
-    assert stop["limits_due"] >= 1, stop
+    # Whether any is shortened hinges on a p90 a whole minute under its user's limit (the same
+    # 3-minute job had 119 s in one run and 121 s in another, from the online history's
+    # timing): where a shortened limit came due during the stop, the evidence counts it.
+    arm = doc["runs"]["faulted"]["arm_result"]
+    lo = arm["t0"] + recs["bridge-stop"]["started_trace_s"]
+    hi = arm["t0"] + recs["bridge-stop"]["undone_trace_s"]
+    came_due = [j["job_id"] for j in arm["jobs"]
+                if j["predicted_s"] is not None and j["start"] is not None and j["user_limit_s"]
+                and max(60, math.ceil(j["predicted_s"] / 60) * 60) < j["user_limit_s"]
+                and lo <= j["start"] + max(60, math.ceil(j["predicted_s"] / 60) * 60) <= hi
+                and (j["end"] is None or j["end"] > j["start"] + max(60, math.ceil(j["predicted_s"] / 60) * 60))]
+    assert stop["limits_due"] == len(came_due) and set(stop["limits_due_jobs"]) == set(came_due[:20]), stop
     ctld = recs["slurmctld-restart"]["evidence"]
     assert ctld["pid_after"] and ctld["pid_after"] != ctld["pid_before"]
     dbd = recs["slurmdbd-stop"]["evidence"]
