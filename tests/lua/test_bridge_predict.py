@@ -52,18 +52,25 @@ def test_a_model_exported_with_the_central_limit_plans_with_its_p50(site: Site, 
         export_model(tmp_path / "bad.lua", limit="middle")
 
 
+def submit_user003(site: Site, tmp_path: Path, name: str, **export: Any) -> dict[str, Any]:
+    """user003's 10-hour, 4-CPU job through the bridge with a central-limit model exported with
+    `export`; the job_desc as the bridge left it."""
+    chunk = export_model(tmp_path / f"{name}.lua", limit="central", **export).read_text()
+    js = JobSubmit(render_site(site, Profile(state_dir=str(tmp_path), model_lua=chunk))["job_submit.lua"])
+    js.state = tmp_path  # type: ignore[attr-defined]
+    fresh_snapshot(js, site)
+    rc, desc = js.submit({"arch": "x86_64"}, user_name="user003", time_limit=600, min_cpus=4)
+    assert rc == 0, js.logs
+    return dict(desc)
+
+
 def test_shorten_when_sure_keeps_the_user_limit_of_a_job_the_model_is_unsure_of(site: Site,
                                                                                  tmp_path: Path) -> None:
     """`model export --shorten-when-sure SHARE`: a job whose p90 is above SHARE of its user's
     limit keeps that limit (a short guess would let a long job into the short jobs' holes);
     one at or below it is shortened to its p50 as without the option."""
     def submit(sure: float) -> tuple[int, dict[str, Any]]:
-        chunk = export_model(tmp_path / f"m{sure}.lua", limit="central", sure=sure).read_text()
-        js = JobSubmit(render_site(site, Profile(state_dir=str(tmp_path), model_lua=chunk))["job_submit.lua"])
-        js.state = tmp_path  # type: ignore[attr-defined]
-        fresh_snapshot(js, site)
-        rc, desc = js.submit({"arch": "x86_64"}, user_name="user003", time_limit=600, min_cpus=4)
-        assert rc == 0, js.logs
+        desc = submit_user003(site, tmp_path, f"m{sure}", sure=sure)
         return desc.get("time_limit", 600), parse_comment(desc["admin_comment"])
 
     limit, d = submit(1.0)  # a p90 never exceeds the user's limit: every job as without it
@@ -85,12 +92,7 @@ def test_order_upper_makes_sitefactor_of_the_upper_quantile_and_tells_the_daemon
     policy = FactorPolicy()
     got = {}
     for order in ("central", "upper"):
-        chunk = export_model(tmp_path / f"{order}.lua", limit="central", order=order).read_text()
-        js = JobSubmit(render_site(site, Profile(state_dir=str(tmp_path), model_lua=chunk))["job_submit.lua"])
-        js.state = tmp_path  # type: ignore[attr-defined]
-        fresh_snapshot(js, site)
-        rc, desc = js.submit({"arch": "x86_64"}, user_name="user003", time_limit=600, min_cpus=4)
-        assert rc == 0, js.logs
+        desc = submit_user003(site, tmp_path, order, order=order)
         d = parse_comment(desc["admin_comment"])
         got[order] = (desc["site_factor"], desc["time_limit"], d)
     sf, limit, d = got["central"]

@@ -219,14 +219,21 @@ class PoweredDownPartition(FakeSlurm):
         return super().run(argv)
 
 
-def test_a_release_that_fails_for_one_job_counts_every_job_it_released(tmp_path: Path) -> None:
+def release_on_powered_down(kind: type[Submitter], tmp_path: Path) -> tuple[PoweredDownPartition, Submitter]:
+    """Five jobs submitted by `kind` and released as one list: job 2's partition is powered
+    down (released, yet the list fails), job 4 stays held."""
     clock = ClockMap(time.time(), 0.0, SPEED)
     slurm = PoweredDownPartition(clock=clock, unavailable={"2"}, stuck={"4"})
     jobs = [ReplayJob(str(i), 0, 60, 5, 1, 0, "1", True) for i in range(5)]
-    sub = Submitter(slurm, jobs, clock, clock.now(), Request(False), tmp_path / "j", tmp_path, lead_s=0.2)
+    sub = kind(slurm, jobs, clock, clock.now(), Request(False), tmp_path / "j", tmp_path, lead_s=0.2)
     for j in jobs:
         sub._submit(j)
     sub._release(sub.subs)
+    return slurm, sub
+
+
+def test_a_release_that_fails_for_one_job_counts_every_job_it_released(tmp_path: Path) -> None:
+    slurm, sub = release_on_powered_down(Submitter, tmp_path)
     released = {s.job_id for s in sub.subs if s.released is not None}
     assert released == {"1", "2", "3", "5"} and slurm.held == {"4"}
     # The still-held job was tried alone; the ones already released were not asked again.
@@ -239,13 +246,8 @@ def test_the_soaks_submitter_after_a_refused_list_asks_only_for_the_jobs_still_h
     list; the queue says which jobs were released anyway, only the held one is asked again."""
     from slurm_hetero.replay.faults import PatientSubmitter
 
-    clock = ClockMap(time.time(), 0.0, SPEED)
-    slurm = PoweredDownPartition(clock=clock, unavailable={"2"}, stuck={"4"})
-    jobs = [ReplayJob(str(i), 0, 60, 5, 1, 0, "1", True) for i in range(5)]
-    sub = PatientSubmitter(slurm, jobs, clock, clock.now(), Request(False), tmp_path / "j", tmp_path, lead_s=0.2)
-    for j in jobs:
-        sub._submit(j)
-    sub._release(sub.subs)
+    slurm, sub = release_on_powered_down(PatientSubmitter, tmp_path)
+    assert isinstance(sub, PatientSubmitter)
     released = {s.job_id for s in sub.subs if s.released is not None}
     assert released == {"1", "2", "3", "5"} and slurm.held == {"4"} and sub.unreleased == ["4"]
     lists = [argv[2] for _, argv in slurm.calls if argv[:2] == ["scontrol", "release"]]

@@ -1198,11 +1198,12 @@ local function add_prediction(job_desc, set, now, job_partition, tres, record)
     if SITE_FACTOR then
         -- `model export --order upper`: ordered by the upper quantile, which the daemon is
         -- told ("sf_s") so that it keeps the same order as the job waits.
-        local basis = MODEL.order == "upper" and ceil(p90) or ceil(p50)
+        local upper = MODEL.order == "upper"
+        local basis = upper and ceil(p90) or ceil(p50)
         local sf = site_factor(basis)
         set.site_factor = sf
         pred = pred .. ',"sf":' .. itext(sf)
-        if basis ~= ceil(p50) then pred = pred .. ',"sf_s":' .. itext(basis) end
+        if upper then pred = pred .. ',"sf_s":' .. itext(basis) end
     end
     -- The heartbeat matters only where limits may be shortened: no snapshot look-up otherwise.
     if PREDICTED_LIMITS[partition] and user_min and snapshot(now) then
