@@ -59,6 +59,7 @@ class Outcome:
     earlier: tuple[tuple[float, float, str, int], ...] = ()
     work: bool = False  # its body did work at its pool's speed (it ran no fixed runtime)
     ended_at_own_limit: bool = False  # cancelled by the bridge daemon at its own limit
+    partition: str = ""  # where Slurm ran it (sacct's), e.g. a long-job lane
 
     @property
     def at_limit(self) -> bool:
@@ -154,7 +155,8 @@ def outcomes(jobs: Iterable[tuple[ReplayJob, str, float, float | None]],
             limit_final_s=rec.limit_min * 60 if rec and rec.limit_min is not None else None,
             predicted_s=rec.predicted_s if rec else None,
             earlier=earlier, work=work and bool(job.accel),
-            ended_at_own_limit=bool(rec and rec.ended_at_own_limit)))
+            ended_at_own_limit=bool(rec and rec.ended_at_own_limit),
+            partition=rec.partition if rec else ""))
     return out
 
 

@@ -18,6 +18,7 @@ Who submits (`users`):
 
 from __future__ import annotations
 
+import math
 import os
 import pwd
 import stat
@@ -77,6 +78,9 @@ class Arm:
     # What predicts: "model" (the trained one, limits at its upper quantile), "model-central"
     # (the same model, limits at its central prediction) or "easy++" (the last-two average).
     predictor: str = "model"
+    # Each backfill partition given a `long_jobs` lane (laned_site): jobs predicted over
+    # LANE_OVER leave LANE_SHARE's rest of every node to shorter ones.
+    lanes: bool = False
 
 
 ARMS = {
@@ -93,6 +97,11 @@ ARMS = {
     # bridge-order90 with limits shortened only where the p90 is at most 0.9 of the user's
     # (`--shorten-when-sure 0.9 --order upper`): a job the model is unsure of keeps its limit.
     "bridge-cautious": Arm("bridge-cautious", bridge=True, model=True, predictor="model-cautious"),
+    # bridge-central with long-job lanes (laned_site).
+    "bridge-lanes": Arm("bridge-lanes", bridge=True, model=True, predictor="model-central", lanes=True),
+    # The lanes alone: no model, so a job is long by its user's limit (what any site could
+    # do with a job_submit rule); tells the lanes' share of bridge-lanes from the model's.
+    "lanes-only": Arm("lanes-only", bridge=True, model=False, lanes=True),
     # bridge-central with the queue ordered by the upper quantile (`model export --order upper`).
     "bridge-order90": Arm("bridge-order90", bridge=True, model=True, predictor="model-order90"),
     # bridge-nomodel with pending-job migration: compare it with bridge-nomodel
@@ -244,6 +253,38 @@ def migrating_site(site: Site, where: Path, running: bool = False) -> Site:
     return rewritten_site(site, where, f"migration {', '.join(on)} on", change)
 
 
+# The lanes of the bridge-lanes arm: jobs whose p90 is over an hour may use 95 % of each
+# node's CPUs (a node of 169 keeps 9 for shorter jobs).
+LANE_OVER = "1:00:00"
+LANE_SHARE = 0.95
+
+
+def laned_site(site: Site, where: Path) -> Site:
+    """The site with a `long_jobs` lane `NAME_long` for each partition (not a lane itself), on
+    the same nodes, its MaxCPUsPerNode LANE_SHARE of its smallest node's CPUs."""
+    lanes = {p.long_jobs for p in site.partitions}
+    sources = [p.name for p in site.partitions if not p.long_jobs and p.name not in lanes]
+    if not sources:
+        return site
+    smallest = {name: min((g.cpus for g in site.node_groups if name in g.partitions), default=0)
+                for name in sources}
+    caps = {name: max(1, math.floor(LANE_SHARE * n)) for name, n in smallest.items() if n}
+
+    def change(data: dict[str, Any]) -> None:
+        for part in list(data.get("partitions") or []):
+            if part.get("name") in caps:
+                lane = f"{part['name']}_long"
+                part["long_jobs"] = {"partition": lane, "over": LANE_OVER}
+                data["partitions"].append({"name": lane, "max_time": part.get("max_time", "UNLIMITED"),
+                                           "predicted_limits": bool(part.get("predicted_limits")),
+                                           "options": {"MaxCPUsPerNode": caps[part["name"]]}})
+        for g in data.get("node_groups") or []:
+            g["partitions"] = list(g["partitions"]) + [f"{n}_long" for n in caps if n in g["partitions"]]
+
+    what = f"long-job lanes (over {LANE_OVER}, {LANE_SHARE:.0%} of a node)"
+    return rewritten_site(site, where, what, change)
+
+
 def unlimited_site(site: Site, where: Path) -> Site:
     """The site with predicted_limits off on every partition: jobs keep their users' limits."""
     if not any(p.predicted_limits for p in site.partitions):
@@ -348,6 +389,8 @@ def run_arm(factory: ClusterFactory, workdir: Path, site: Site, sel: Selection, 
     # out itself, as in the arms' earlier results.
     if not arm.predicted_limits or not arm.model:
         site = unlimited_site(site, workdir.with_name(f"{workdir.name}.site.yaml"))
+    if arm.lanes:
+        site = laned_site(site, workdir.with_name(f"{workdir.name}.site.yaml"))
     t_start = time.monotonic()
     cluster = factory(workdir)
     try:

@@ -1,8 +1,8 @@
 """`replay` on the real Slurm: a 30-minute window of the KTH trace (52 jobs, shipped in
-tests/data/replay/) at x20, both arms, each on a fresh dev cluster under one accelerated
-clock. The accounting must match the trace: every job submitted and released at its
-time, ran for its runtime within the fidelity bound, none killed, none lost; the bridge
-arm's jobs carry its decisions, the plain arm's none."""
+tests/data/replay/) at x20, plain Slurm and the bridge (its model's central limits and long-job lanes), each on a fresh
+dev cluster under one accelerated clock. The accounting must match the trace: every job
+submitted and released at its time, ran for its runtime within the fidelity bound, none
+killed, none lost; the bridge arm's jobs carry its decisions, the plain arm's none."""
 
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, ArmResult]:
     work = tmp_path_factory.mktemp("rp")
     model = train_model(df, WINDOW, work / "predict.lua")
     out = {}
-    for name in ("plain", "bridge"):
+    for name in ("plain", "bridge-lanes"):
         t = time.monotonic()
         out[name] = run_arm(DevReplayCluster, work / name, site, sel, WINDOW, ARMS[name], SPEED, model,
                             say=print, drain_hours=1.0)
@@ -43,7 +43,7 @@ def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, ArmResult]:
     return out
 
 
-@pytest.mark.parametrize("arm", ["plain", "bridge"])
+@pytest.mark.parametrize("arm", ["plain", "bridge-lanes"])
 def test_every_job_ran_its_runtime_at_its_time(results: dict[str, ArmResult], arm: str) -> None:
     r = results[arm]
     assert r.submit_failed == [] and r.all_ended
@@ -65,11 +65,30 @@ def test_every_job_ran_its_runtime_at_its_time(results: dict[str, ArmResult], ar
 
 def test_the_bridge_decided_and_the_plain_arm_had_no_bridge(results: dict[str, ArmResult]) -> None:
     assert results["plain"].figures[ALL].predicted == 0
-    assert results["bridge"].figures[ALL].predicted == 52
+    assert results["bridge-lanes"].figures[ALL].predicted == 52
     # A predicted limit never goes below what the job then ran (none killed early, above).
-    for o in results["bridge"].outcomes:
+    for o in results["bridge-lanes"].outcomes:
         assert o.limit_final_s is not None and o.user_limit_s is not None
         assert o.limit_final_s <= o.user_limit_s
+
+
+def test_jobs_predicted_long_ran_in_the_lane_and_never_filled_a_node(results: dict[str, ArmResult]) -> None:
+    """The lane on the real Slurm: each job whose p90 is over an hour ran in batch_long
+    (sacct's partition), every other in batch, and the lane's jobs never held more than its
+    MaxCPUsPerNode (23 of 25) on each of the 4 nodes."""
+    assert {o.partition for o in results["plain"].outcomes} == {"batch"}
+    outs = results["bridge-lanes"].outcomes
+    laned = [o for o in outs if o.partition == "batch_long"]
+    want = [o for o in outs if o.predicted_s is not None and o.predicted_s > 3600 and o.cpus <= 4 * 23]
+    assert laned and sorted(o.trace_id for o in laned) == sorted(o.trace_id for o in want)
+    assert {o.partition for o in outs if o not in laned} == {"batch"}
+    edges = sorted([(o.start, o.cpus) for o in laned if o.start] + [(o.end, -o.cpus) for o in laned if o.end],
+                   key=lambda e: (e[0], e[1]))
+    held = peak = 0
+    for _, d in edges:
+        held += d
+        peak = max(peak, held)
+    assert 0 < peak <= 4 * 23
 
 
 # The Alibaba GPU trace: 4 pods of its head (tests/data/traces/) in a 15-minute window, on a

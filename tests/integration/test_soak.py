@@ -60,11 +60,9 @@ def test_each_fault_happened(soak: tuple[int, dict[str, Any]]) -> None:
     assert stop["state_stopped"] == stop["state_before_cont"] == "T" and stop["state_after"] != "T"
     assert stop["past_margin"] and stop["snapshot_age_s"] > stop["margin_s"] == 150
     assert stop["pid_after"] == stop["pid_before"] and stop["heartbeat_back_real_s"] is not None
-    # It mattered: jobs submitted just after the stop (the heartbeat still fresh) got shortened
-    # limits that came due while it lasted; they ran on (OverTimeLimit), none killed early.
-    # Whether any is shortened hinges on a p90 a whole minute under its user's limit (the same
-    # 3-minute job had 119 s in one run and 121 s in another, from the online history's
-    # timing): where a shortened limit came due during the stop, the evidence counts it.
+    # It mattered: a job started before the stop (the heartbeat fresh) got a shortened limit
+    # that came due while it lasted; it ran on (OverTimeLimit), none killed early. Seed 62
+    # puts the stop over job 32's (soak.py SHORT_SEED), whatever its p90 from 14 to 28 minutes.
     arm = doc["runs"]["faulted"]["arm_result"]
     lo = arm["t0"] + recs["bridge-stop"]["started_trace_s"]
     hi = arm["t0"] + recs["bridge-stop"]["undone_trace_s"]
@@ -76,7 +74,7 @@ def test_each_fault_happened(soak: tuple[int, dict[str, Any]]) -> None:
                 if j["predicted_s"] is not None and j["start"] is not None and j["user_limit_s"]
                 and first_limit(j) < j["user_limit_s"] and lo <= j["start"] + first_limit(j) <= hi
                 and (j["end"] is None or j["end"] > j["start"] + first_limit(j))]
-    assert stop["limits_due"] == len(came_due) and set(stop["limits_due_jobs"]) == set(came_due[:20]), stop
+    assert stop["limits_due"] == len(came_due) >= 1 and set(stop["limits_due_jobs"]) == set(came_due[:20]), stop
     ctld = recs["slurmctld-restart"]["evidence"]
     assert ctld["pid_after"] and ctld["pid_after"] != ctld["pid_before"]
     dbd = recs["slurmdbd-stop"]["evidence"]

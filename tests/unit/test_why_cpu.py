@@ -282,3 +282,19 @@ def test_captured_kth_replay(kth: Site) -> None:
     assert w.estimates["ours"] == W.end_by(by_id[16], now, "likely") == start + 11991
     assert w.estimates["ours_latest"] == W.end_by(by_id[16], now, "latest") == start + 240 * 60
     assert w.estimates["slurm"] == 1796567761.0
+
+
+def test_a_job_in_a_long_job_lane_is_told_so(kth: Site, tmp_path: Path) -> None:
+    from slurm_hetero.replay.run import laned_site
+
+    lanes = laned_site(kth, tmp_path / "lanes.yaml")  # batch_long: 23 of each node's 25 CPUs
+    comment = json.dumps({"hetero": 1, "pred": {"p50": 5000, "p90": 9000}, "lane": "batch_long"})
+    mine = cpu_job(30, state="PENDING", reason="Resources", cpus=30, partition="batch_long", comment=comment)
+    w = W.build_why(inputs(mine, busy()), lanes, now=NOW)
+    assert w.bridge is not None and w.bridge["lane"] == "batch_long"
+    note = next(n for n in w.notes if "long-job lane" in n)
+    assert "lane of partition batch" in note and "over 1:00:00" in note and "at most 23 CPUs" in note
+    # the same job in batch, or on a site without lanes: no such note
+    assert not any("lane" in n for n in W.build_why(inputs(cpu_job(30, state="PENDING", reason="Resources"),
+                                                               busy()), lanes, now=NOW).notes)
+    assert not any("lane" in n for n in W.build_why(inputs(mine, busy()), kth, now=NOW).notes)
