@@ -39,18 +39,12 @@ def bridge_source() -> str:
 def long_lanes(site: Site) -> dict[str, dict[str, object]]:
     """Each `long_jobs` lane by its source partition: where long jobs go, from how many
     seconds (predicted p90) a job is long, and the most CPUs the lane can give one job (its
-    nodes' CPUs, each capped at the lane's MaxCPUsPerNode): a bigger job stays where it is,
-    or it would wait forever."""
+    nodes' CPUs): a bigger job stays where it is, or it would wait forever."""
     lanes: dict[str, dict[str, object]] = {}
     for p in site.partitions:
-        if not p.long_jobs:
-            continue
-        target = next(q for q in site.partitions if q.name == p.long_jobs)
-        cap = next((v for k, v in target.options if k.lower() == "maxcpuspernode"), None)
-        per_node_cap = int(cap) if cap is not None and cap.isdigit() else None
-        cpus = sum(g.node_count * (g.cpus if per_node_cap is None else min(g.cpus, per_node_cap))
-                   for g in site.node_groups if target.name in g.partitions)
-        lanes[p.name] = {"to": target.name, "over_s": p.long_over_s, "max_cpus": cpus}
+        if p.long_jobs:
+            cpus = sum(g.node_count * g.cpus for g in site.node_groups if p.long_jobs in g.partitions)
+            lanes[p.name] = {"to": p.long_jobs, "over_s": p.long_over_s, "max_cpus": cpus}
     return lanes
 
 

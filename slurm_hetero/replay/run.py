@@ -31,6 +31,7 @@ from typing import Any
 
 import pandas as pd
 import yaml
+from ClusterShell.NodeSet import NodeSet
 
 from slurm_hetero.errors import InputError, RuntimeFailure
 from slurm_hetero.fileio import write_atomic, write_json_atomic
@@ -78,8 +79,8 @@ class Arm:
     # What predicts: "model" (the trained one, limits at its upper quantile), "model-central"
     # (the same model, limits at its central prediction) or "easy++" (the last-two average).
     predictor: str = "model"
-    # Each backfill partition given a `long_jobs` lane (laned_site): jobs predicted over
-    # LANE_OVER leave LANE_SHARE's rest of every node to shorter ones.
+    # Each partition given a `long_jobs` lane (laned_site): jobs predicted over LANE_OVER run
+    # on LANE_SHARE of its nodes, the others stay for shorter ones.
     lanes: bool = False
 
 
@@ -253,35 +254,45 @@ def migrating_site(site: Site, where: Path, running: bool = False) -> Site:
     return rewritten_site(site, where, f"migration {', '.join(on)} on", change)
 
 
-# The lanes of the bridge-lanes arm: jobs whose p90 is over an hour may use 95 % of each
-# node's CPUs (a node of 169 keeps 9 for shorter jobs).
+# The lanes of the bridge-lanes arm: jobs whose p90 is over an hour may use three nodes of
+# four (of each node group, rounded down; a group of one node gets no lane).
 LANE_OVER = "1:00:00"
-LANE_SHARE = 0.95
+LANE_SHARE = 0.75
 
 
 def laned_site(site: Site, where: Path) -> Site:
-    """The site with a `long_jobs` lane `NAME_long` for each partition (not a lane itself), on
-    the same nodes, its MaxCPUsPerNode LANE_SHARE of its smallest node's CPUs."""
+    """The site with a `long_jobs` lane `NAME_long` for each partition (not a lane itself) on
+    the first LANE_SHARE of the nodes of each of its node groups (each such group split in
+    two: the lane's nodes, the others)."""
     lanes = {p.long_jobs for p in site.partitions}
-    sources = [p.name for p in site.partitions if not p.long_jobs and p.name not in lanes]
+    sources = {p.name for p in site.partitions if not p.long_jobs and p.name not in lanes}
+    split = {i: math.floor(LANE_SHARE * g.node_count) for i, g in enumerate(site.node_groups)
+             if sources & set(g.partitions) and g.node_count > 1}
+    split = {i: k for i, k in split.items() if k >= 1}
+    sources &= {p for i in split for p in site.node_groups[i].partitions}
     if not sources:
         return site
-    smallest = {name: min((g.cpus for g in site.node_groups if name in g.partitions), default=0)
-                for name in sources}
-    caps = {name: max(1, math.floor(LANE_SHARE * n)) for name, n in smallest.items() if n}
 
     def change(data: dict[str, Any]) -> None:
         for part in list(data.get("partitions") or []):
-            if part.get("name") in caps:
+            if part.get("name") in sources:
                 lane = f"{part['name']}_long"
                 part["long_jobs"] = {"partition": lane, "over": LANE_OVER}
                 data["partitions"].append({"name": lane, "max_time": part.get("max_time", "UNLIMITED"),
-                                           "predicted_limits": bool(part.get("predicted_limits")),
-                                           "options": {"MaxCPUsPerNode": caps[part["name"]]}})
-        for g in data.get("node_groups") or []:
-            g["partitions"] = list(g["partitions"]) + [f"{n}_long" for n in caps if n in g["partitions"]]
+                                           "predicted_limits": bool(part.get("predicted_limits"))})
+        groups = []
+        for i, g in enumerate(data.get("node_groups") or []):
+            if i not in split:
+                groups.append(g)
+                continue
+            nodes = list(NodeSet(g["names"]))
+            lane_parts = [f"{n}_long" for n in g["partitions"] if n in sources]
+            groups.append({**g, "names": str(NodeSet.fromlist(nodes[:split[i]])),
+                           "partitions": list(g["partitions"]) + lane_parts})
+            groups.append({**g, "names": str(NodeSet.fromlist(nodes[split[i]:]))})
+        data["node_groups"] = groups
 
-    what = f"long-job lanes (over {LANE_OVER}, {LANE_SHARE:.0%} of a node)"
+    what = f"long-job lanes (over {LANE_OVER}, {LANE_SHARE:.0%} of the nodes)"
     return rewritten_site(site, where, what, change)
 
 

@@ -1420,12 +1420,11 @@ def lane_note(site: Site, partition: str) -> str | None:
     what the lane leaves to shorter jobs (None: `partition` is no lane)."""
     for p in site.partitions:
         if p.long_jobs and p.long_jobs in partition.split(","):
-            lane = next((q for q in site.partitions if q.name == p.long_jobs), None)
-            cap = next((v for k, v in lane.options if k.lower() == "maxcpuspernode"), None) if lane else None
-            held = f"at most {cap} CPUs of each node" if cap else "part of each node"
+            lane = sorted(n for g in site.node_groups if p.long_jobs in g.partitions for n in g.nodes)
+            every = sum(g.node_count for g in site.node_groups if p.name in g.partitions)
             return (f"it is in {p.long_jobs}, the long-job lane of partition {p.name}: the bridge "
-                    f"expects it to run over {_minutes_text(p.long_over_s)}, and the lane's jobs hold {held} "
-                    "together, the rest staying free for shorter jobs; our estimate does not count that cap")
+                    f"expects it to run over {_minutes_text(p.long_over_s)}, so it may use {len(lane)} of "
+                    f"the {every} nodes of {p.name}; the others stay for shorter jobs")
     return None
 
 

@@ -394,6 +394,12 @@ class _Builder:
                 self.err(path, f"partition {p.long_jobs!r} is already the long_jobs lane of "
                          f"{taken[p.long_jobs]!r}", "give each partition its own lane partition")
             taken.setdefault(p.long_jobs, p.name)
+            lane = next((q for q in parts if q.name == p.long_jobs), None)
+            if lane is not None and any(k.lower() == "maxcpuspernode" for k, _ in lane.options):
+                self.err(path, f"lane {p.long_jobs!r} caps its CPUs per node (MaxCPUsPerNode)",
+                         "give the lane fewer nodes instead: Slurm 22.05's backfill does not plan with "
+                         "MaxCPUsPerNode, and in a replay a 306-CPU job never started while the lane's "
+                         "small jobs backfilled past it (README, long-job lanes)")
 
     def node_groups(self, models: dict[str, AccelModel], partitions: set[str]) -> tuple[NodeGroup, ...]:
         groups: list[NodeGroup] = []

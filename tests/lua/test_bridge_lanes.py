@@ -1,5 +1,5 @@
-"""`long_jobs:` lanes: the bridge moves jobs predicted long to a partition whose
-MaxCPUsPerNode keeps part of every node for shorter jobs (real job_submit.lua, Lua 5.1)."""
+"""`long_jobs:` lanes: the bridge moves jobs predicted long to a partition on part of the
+nodes, the others staying for shorter jobs (real job_submit.lua, Lua 5.1)."""
 
 from __future__ import annotations
 
@@ -18,18 +18,16 @@ from tests.lua.conftest import DEMO
 from tests.lua.test_bridge_predict import fresh_snapshot
 from tests.predict_fixture import export_model
 
-CAP = 120  # of the demo's 128-CPU nodes: 8 per node stay for jobs predicted short
+LANE_CPUS = 2 * 128  # the lane: cpu-x86-[01-02]; the demo's two ARM CPU nodes stay for short jobs
 
 
 def laned(tmp_path: Path, change: Any = None) -> Path:
-    """The demo site with a lane `cpu_long` for the cpu partition's jobs over an hour."""
+    """The demo site with a lane `cpu_long` on its x86 CPU nodes for the cpu partition's jobs
+    over an hour."""
     data = yaml.safe_load(DEMO.read_text())
     data["partitions"][0]["long_jobs"] = {"partition": "cpu_long", "over": "1:00:00"}
-    data["partitions"].append({"name": "cpu_long", "max_time": "2-00:00:00", "predicted_limits": True,
-                               "options": {"MaxCPUsPerNode": CAP}})
-    for g in data["node_groups"]:
-        if "cpu" in g["partitions"]:
-            g["partitions"].append("cpu_long")
+    data["partitions"].append({"name": "cpu_long", "max_time": "2-00:00:00", "predicted_limits": True})
+    data["node_groups"][0]["partitions"].append("cpu_long")
     if change:
         change(data)
     path = tmp_path / "laned.yaml"
@@ -52,11 +50,11 @@ def bridge(site: Site, tmp_path: Path, model: bool = True) -> JobSubmit:
 
 def test_the_lane_is_rendered_with_its_capacity(lane_site: Site) -> None:
     files = render_site(lane_site, Profile())
-    cpus = sum(g.node_count * min(g.cpus, CAP) for g in lane_site.node_groups if "cpu_long" in g.partitions)
-    assert cpus == 4 * CAP  # four CPU nodes of 128
+    cpus = sum(g.node_count * g.cpus for g in lane_site.node_groups if "cpu_long" in g.partitions)
+    assert cpus == LANE_CPUS
     assert f'["cpu"] = {{ to = "cpu_long", over_s = 3600, max_cpus = {cpus} }}' in files["job_submit.lua"]
     line = next(x for x in files["slurm.conf"].splitlines() if x.startswith("PartitionName=cpu_long "))
-    assert f"MaxCPUsPerNode={CAP}" in line and "cpu-x86-" in line
+    assert "Nodes=cpu-x86-[01-02] " in line
 
 
 def test_a_job_predicted_long_runs_in_the_lane_and_a_short_one_stays(lane_site: Site, tmp_path: Path) -> None:
@@ -69,8 +67,8 @@ def test_a_job_predicted_long_runs_in_the_lane_and_a_short_one_stays(lane_site: 
     rc, desc = js.submit(user_name="root", time_limit=600, min_cpus=4)
     d = parse_comment(desc["admin_comment"])
     assert rc == 0 and d["pred"]["p90"] <= 3600 and "partition" not in desc and "lane" not in d
-    # bigger than the lane could ever hold (4 x 120): it stays where it could start
-    rc, desc = js.submit(user_name="user003", time_limit=600, min_cpus=4 * CAP + 1)
+    # bigger than the lane could ever hold: it stays where it could start
+    rc, desc = js.submit(user_name="user003", time_limit=600, min_cpus=LANE_CPUS + 1)
     assert rc == 0 and "partition" not in desc and "lane" not in parse_comment(desc["admin_comment"])
     # a partition without a lane, named by the user: left alone
     rc, desc = js.submit(user_name="user003", time_limit=600, min_cpus=4, partition="gpu")
@@ -110,6 +108,7 @@ def test_a_user_cannot_take_a_job_out_of_its_lane(lane_site: Site, tmp_path: Pat
      "already the long_jobs lane of 'cpu'"),
     (lambda d: d["partitions"][0]["long_jobs"].update(over="0"), "is not a duration"),
     (lambda d: d["partitions"][0]["long_jobs"].update(when="1:00:00"), "when"),
+    (lambda d: d["partitions"][3].update(options={"MaxCPUsPerNode": 120}), "fewer nodes instead"),
 ])
 def test_a_bad_lane_is_refused_naming_its_field(tmp_path: Path, change: Any, message: str) -> None:
     with pytest.raises(InputError, match=message) as e:

@@ -283,19 +283,25 @@ def test_bridge_lanes_gives_each_backfill_partition_a_capped_lane(tmp_path: Path
 
     arm = ARMS["bridge-lanes"]
     assert arm.lanes and arm.model and arm.predictor == ARMS["bridge-central"].predictor
-    site = load_site(REPLAY / "kth-site.yaml")
+    site = load_site(REPLAY / "kth-site.yaml")  # sp2-[01-04], 25 CPUs each
     lanes = laned_site(site, tmp_path / "arm.site.yaml")
     batch, lane = lanes.partitions
     assert (batch.name, batch.long_jobs, batch.long_over_s) == ("batch", "batch_long", 3600)
-    assert lane.predicted_limits and not lane.long_jobs
-    cpus = min(g.cpus for g in site.node_groups)
-    assert dict(lane.options) == {"MaxCPUsPerNode": str(int(LANE_SHARE * cpus))} and int(LANE_SHARE * cpus) < cpus
-    assert all(g.partitions == ("batch", "batch_long") for g in lanes.node_groups)
+    assert lane.predicted_limits and not lane.long_jobs and lane.options == ()
+    assert LANE_SHARE == 0.75 and [(g.names, g.partitions) for g in lanes.node_groups] == [
+        ("sp2-[01-03]", ("batch", "batch_long")), ("sp2-04", ("batch",))]
+    assert lanes.all_nodes == site.all_nodes
     assert laned_site(lanes, tmp_path / "again.yaml") is lanes and not (tmp_path / "again.yaml").exists()
-    assert '["batch"] = { to = "batch_long", over_s = 3600' in render_site(lanes)["job_submit.lua"]
+    lua = render_site(lanes)["job_submit.lua"]
+    assert '["batch"] = { to = "batch_long", over_s = 3600, max_cpus = 75 }' in lua
+    # a one-node group gets no lane: a site of one such group, none at all
+    one = tmp_path / "one.yaml"
+    one.write_text((REPLAY / "kth-site.yaml").read_text().replace("sp2-[01-04]", "sp2-01"))
+    assert laned_site(load_site(one), tmp_path / "one-lanes.yaml").partitions[0].long_jobs is None
 
 
 def test_lanes_only_classifies_by_the_users_limit(tmp_path: Path) -> None:
+    from slurm_hetero.conf.render import render_site
     from slurm_hetero.replay.run import laned_site, unlimited_site
 
     arm = ARMS["lanes-only"]
@@ -304,3 +310,4 @@ def test_lanes_only_classifies_by_the_users_limit(tmp_path: Path) -> None:
     site = laned_site(unlimited_site(load_site(REPLAY / "kth-site.yaml"), tmp_path / "a.yaml"), tmp_path / "b.yaml")
     assert [(p.name, p.long_jobs, p.predicted_limits) for p in site.partitions] == [
         ("batch", "batch_long", False), ("batch_long", None, False)]
+    assert "max_cpus = 75" in render_site(site)["job_submit.lua"]

@@ -1255,9 +1255,9 @@ local function into_lanes(list, cpus)
 end
 
 -- `long_jobs:` lanes. A job whose p90 (without one: its user's limit, none: unbounded) is
--- over its lane's threshold runs in the lane, whose MaxCPUsPerNode keeps part of every node
--- for shorter jobs: without it, long jobs backfill into the last CPUs next to a big job and
--- the minute-long jobs behind them wait for hours (AVEbsld is theirs).
+-- over its lane's threshold runs in the lane, which has only some of the partition's nodes:
+-- the others stay for shorter jobs. Without it, long jobs backfill into the last CPUs next to
+-- a big job and the minute-long jobs behind them wait for hours (AVEbsld is theirs).
 local function route_long(job_desc, set, partition, p90, record)
     local list = set.partition or partition or DEFAULT_PARTITION
     local lane
