@@ -38,6 +38,9 @@ PAIRS = (("bridge", "plain"), ("easy++", "plain"), ("bridge", "easy++"), ("bridg
          ("bridge-cautious", "plain"), ("bridge-cautious", "easy++"), ("bridge-cautious", "bridge-order90"),
          # the model's order alone (SiteFactor), every job keeping its user's limit
          ("bridge-nolimits", "plain"), ("bridge", "bridge-nolimits"),
+         # long-job lanes: with central limits, and alone (long by the user's limit, no model)
+         ("bridge-lanes", "plain"), ("bridge-lanes", "easy++"), ("bridge-lanes", "bridge-central"),
+         ("lanes-only", "plain"), ("bridge-lanes", "lanes-only"),
          # the GPU pods: --accel (start soonest, no model) against fixed models, and with migration
          ("bridge-nomodel", "plain"), ("bridge-migrate", "plain"))
 # AVEbsld over every measured job, over those started in every arm (paired), mean wait, and

@@ -397,9 +397,9 @@ class _Builder:
             lane = next((q for q in parts if q.name == p.long_jobs), None)
             if lane is not None and any(k.lower() == "maxcpuspernode" for k, _ in lane.options):
                 self.err(path, f"lane {p.long_jobs!r} caps its CPUs per node (MaxCPUsPerNode)",
-                         "give the lane fewer nodes instead: Slurm 22.05's backfill does not plan with "
-                         "MaxCPUsPerNode, and in a replay a 306-CPU job never started while the lane's "
-                         "small jobs backfilled past it (README, long-job lanes)")
+                         "give the lane fewer nodes instead: in a replay on Slurm 22.05 the lane's small "
+                         "jobs backfilled past a waiting 306-CPU lane job, which never started, and the "
+                         "machine idled (README, long-job lanes)")
 
     def node_groups(self, models: dict[str, AccelModel], partitions: set[str]) -> tuple[NodeGroup, ...]:
         groups: list[NodeGroup] = []
