@@ -297,6 +297,7 @@ class QJob:
     # A pending job's most nodes (-N N, -N A-B); 0: not set (22.05 packs 0 once the job started).
     max_nodes: int = 0
     cpus_by_node: tuple[tuple[str, int], ...] = ()  # holding: the CPUs it holds on each of its nodes
+    last_eval: float | None = None  # when a scheduler last considered it (last_sched_evaluation)
 
     @property
     def pending(self) -> bool:
@@ -386,7 +387,7 @@ def _qjob(raw: dict[str, Any], tres: Callable[[str], Mapping[str, float]] | None
         gres_detail=q.gres_detail, admin_comment=q.admin_comment, dependency=_text(raw.get("dependency")),
         queued=q, max_nodes=int(json_number(raw.get("max_nodes")) or 0),
         cpus_by_node=_alloc_cpus(raw, nodes, tres_alloc.get("cpu") or json_number(raw.get("cpus")) or 0.0)
-        if nodes else ())
+        if nodes else (), last_eval=json_number(raw.get("last_sched_evaluation")) or None)
 
 
 def parse_queue(text: str) -> list[QJob]:
@@ -1501,6 +1502,11 @@ def build_why(inp: Inputs, site: Site, now: float | None = None) -> Why:
     since = job.eligible or job.submit
     w.waited_s = max(0.0, now - since) if since else None
     reason = explain_reason(job.reason)
+    if reason.code == "None" and job.last_eval and job.last_eval >= (since or 0):
+        # Slurm clears the reason while a pass looks at a job: "not looked at yet" would be wrong.
+        words = (f"Slurm's scheduler has looked at it (last at {_clock(job.last_eval)}) and set no "
+                 "reason yet: the reason shows once its pass is over")
+        reason = Reason("None", "wait", words)
     w.reason = reason
     if reason.limit is not None:
         w.limits = limit_facts(reason.limit, job, inp.jobs, inp.qos_rows or {}, inp.assoc_rows or [], now)

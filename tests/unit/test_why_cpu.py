@@ -300,3 +300,17 @@ def test_a_job_in_a_long_job_lane_is_told_so(kth: Site, tmp_path: Path) -> None:
     assert not any("lane" in n for n in W.build_why(inputs(cpu_job(30, state="PENDING", reason="Resources"),
                                                                busy()), lanes, now=NOW).notes)
     assert not any("lane" in n for n in W.build_why(inputs(mine, busy()), kth, now=NOW).notes)
+
+
+def test_a_job_slurm_has_looked_at_is_not_said_unseen(kth: Site) -> None:
+    """Slurm clears a job's reason while a pass looks at it: with last_sched_evaluation past its
+    eligible time, `why` says so instead of "has not looked at it yet"."""
+    seen = cpu_job(30, state="PENDING", reason="None")
+    seen["last_sched_evaluation"] = NOW - 5
+    w = W.build_why(inputs(seen, busy()), kth, now=NOW)
+    assert w.reason is not None and w.reason.code == "None" and "has looked at it" in w.reason.words
+    for never in (0, NOW - 1000):  # never, or before it became eligible (NOW - 900)
+        fresh = cpu_job(30, state="PENDING", reason="None")
+        fresh["last_sched_evaluation"] = never
+        w = W.build_why(inputs(fresh, busy()), kth, now=NOW)
+        assert w.reason is not None and "has not looked at it yet" in w.reason.words
