@@ -87,12 +87,10 @@ class JobSubmit:
         out = {k: v for k, v in dict(desc).items() if k not in ("environment", "spank_job_env")}
         return int(rc), out
 
-    def modify(self, fields: dict[str, Any] | None = None, uid: int = 1000,
-               rec: dict[str, Any] | None = None) -> tuple[int, dict[str, Any]]:
-        """slurm_job_modify on a job_desc of `fields` (job_rec: `rec`, else empty) by `uid`;
-        (rc, job_desc)."""
+    def modify(self, fields: dict[str, Any] | None = None, uid: int = 1000) -> tuple[int, dict[str, Any]]:
+        """slurm_job_modify on a job_desc of `fields` (job_rec empty) by `uid`; (rc, job_desc)."""
         desc = self.lua.table_from(fields or {})
-        rc = self.lua.globals().slurm_job_modify(desc, self.lua.table_from(rec or {}), self.lua.table(), uid)
+        rc = self.lua.globals().slurm_job_modify(desc, self.lua.table(), self.lua.table(), uid)
         return int(rc), dict(desc)
 
     def user_lines(self) -> list[str]:

@@ -27,25 +27,13 @@ SITE_TABLES: tuple[str, ...] = (
     "MODEL_GROUPS", "MODEL_ALIASES", "POOLS", "TIERS", "ENERGY", "GRES_PARTITIONS", "IMAGES",
     "IMAGE_TAGS", "GRES_STACKS", "MOUNT_ALLOW", "MOUNTS_VAR", "PREDICTED_LIMITS",
     "PARTITION_LIMITS", "DEFAULT_PARTITION", "MODEL_LUA", "MIGRATE", "TIER_NOTES",
-    "LIMITED_TIERS", "DEFAULT_TIER", "SITE_FACTOR", "LONG_LANES",
+    "LIMITED_TIERS", "DEFAULT_TIER", "SITE_FACTOR",
 )
 
 
 def bridge_source() -> str:
     """The bridge's logic: bridge.lua as shipped in the package."""
     return BRIDGE_LUA.read_text(encoding="utf-8")
-
-
-def long_lanes(site: Site) -> dict[str, dict[str, object]]:
-    """Each `long_jobs` lane by its source partition: where long jobs go, from how many
-    seconds (predicted p90) a job is long, and the most CPUs the lane can give one job (its
-    nodes' CPUs): a bigger job stays where it is, or it would wait forever."""
-    lanes: dict[str, dict[str, object]] = {}
-    for p in site.partitions:
-        if p.long_jobs:
-            cpus = sum(g.node_count * g.cpus for g in site.node_groups if p.long_jobs in g.partitions)
-            lanes[p.name] = {"to": p.long_jobs, "over_s": p.long_over_s, "max_cpus": cpus}
-    return lanes
 
 
 def bridge_context(site: Site) -> dict[str, object]:
@@ -66,7 +54,6 @@ def bridge_context(site: Site) -> dict[str, object]:
         "limited_tiers": [q.name for q in site.qos if any(":" in k for k, _ in q.grp_tres)],
         "policies": site.energy_policies,
         "site_factor": FactorPolicy(),
-        "long_lanes": long_lanes(site),
         "site_table_names": SITE_TABLES,
         "bridge_lua": bridge_source().rstrip("\n"),
         "site_rules": ({"script": site.slurm.job_submit_script, "order": site.slurm.job_submit_order}

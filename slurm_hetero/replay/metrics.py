@@ -59,7 +59,7 @@ class Outcome:
     earlier: tuple[tuple[float, float, str, int], ...] = ()
     work: bool = False  # its body did work at its pool's speed (it ran no fixed runtime)
     ended_at_own_limit: bool = False  # cancelled by the bridge daemon at its own limit
-    partition: str = ""  # where Slurm ran it (sacct's), e.g. a long-job lane
+    partition: str = ""  # where Slurm ran it (sacct's)
 
     @property
     def at_limit(self) -> bool:

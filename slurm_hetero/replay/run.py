@@ -18,7 +18,6 @@ Who submits (`users`):
 
 from __future__ import annotations
 
-import math
 import os
 import pwd
 import stat
@@ -31,7 +30,6 @@ from typing import Any
 
 import pandas as pd
 import yaml
-from ClusterShell.NodeSet import NodeSet
 
 from slurm_hetero.errors import InputError, RuntimeFailure
 from slurm_hetero.fileio import write_atomic, write_json_atomic
@@ -79,9 +77,6 @@ class Arm:
     # What predicts: "model" (the trained one, limits at its upper quantile), "model-central"
     # (the same model, limits at its central prediction) or "easy++" (the last-two average).
     predictor: str = "model"
-    # Each partition given a `long_jobs` lane (laned_site): jobs predicted over LANE_OVER run
-    # on LANE_SHARE of its nodes, the others stay for shorter ones.
-    lanes: bool = False
 
 
 ARMS = {
@@ -98,11 +93,6 @@ ARMS = {
     # bridge-order90 with limits shortened only where the p90 is at most 0.9 of the user's
     # (`--shorten-when-sure 0.9 --order upper`): a job the model is unsure of keeps its limit.
     "bridge-cautious": Arm("bridge-cautious", bridge=True, model=True, predictor="model-cautious"),
-    # bridge-central with long-job lanes (laned_site).
-    "bridge-lanes": Arm("bridge-lanes", bridge=True, model=True, predictor="model-central", lanes=True),
-    # The lanes alone: no model, so a job is long by its user's limit (what any site could
-    # do with a job_submit rule); tells the lanes' share of bridge-lanes from the model's.
-    "lanes-only": Arm("lanes-only", bridge=True, model=False, lanes=True),
     # bridge-central with the queue ordered by the upper quantile (`model export --order upper`).
     "bridge-order90": Arm("bridge-order90", bridge=True, model=True, predictor="model-order90"),
     # bridge-nomodel with pending-job migration: compare it with bridge-nomodel
@@ -254,48 +244,6 @@ def migrating_site(site: Site, where: Path, running: bool = False) -> Site:
     return rewritten_site(site, where, f"migration {', '.join(on)} on", change)
 
 
-# The lanes of the bridge-lanes arm: jobs whose p90 is over an hour may use three nodes of
-# four (of each node group, rounded down; a group of one node gets no lane).
-LANE_OVER = "1:00:00"
-LANE_SHARE = 0.75
-
-
-def laned_site(site: Site, where: Path) -> Site:
-    """The site with a `long_jobs` lane `NAME_long` for each partition (not a lane itself) on
-    the first LANE_SHARE of the nodes of each of its node groups (each such group split in
-    two: the lane's nodes, the others)."""
-    lanes = {p.long_jobs for p in site.partitions}
-    sources = {p.name for p in site.partitions if not p.long_jobs and p.name not in lanes}
-    split = {i: math.floor(LANE_SHARE * g.node_count) for i, g in enumerate(site.node_groups)
-             if sources & set(g.partitions) and g.node_count > 1}
-    split = {i: k for i, k in split.items() if k >= 1}
-    sources &= {p for i in split for p in site.node_groups[i].partitions}
-    if not sources:
-        return site
-
-    def change(data: dict[str, Any]) -> None:
-        for part in list(data.get("partitions") or []):
-            if part.get("name") in sources:
-                lane = f"{part['name']}_long"
-                part["long_jobs"] = {"partition": lane, "over": LANE_OVER}
-                data["partitions"].append({"name": lane, "max_time": part.get("max_time", "UNLIMITED"),
-                                           "predicted_limits": bool(part.get("predicted_limits"))})
-        groups = []
-        for i, g in enumerate(data.get("node_groups") or []):
-            if i not in split:
-                groups.append(g)
-                continue
-            nodes = list(NodeSet(g["names"]))
-            lane_parts = [f"{n}_long" for n in g["partitions"] if n in sources]
-            groups.append({**g, "names": str(NodeSet.fromlist(nodes[:split[i]])),
-                           "partitions": list(g["partitions"]) + lane_parts})
-            groups.append({**g, "names": str(NodeSet.fromlist(nodes[split[i]:]))})
-        data["node_groups"] = groups
-
-    what = f"long-job lanes (over {LANE_OVER}, {LANE_SHARE:.0%} of the nodes)"
-    return rewritten_site(site, where, what, change)
-
-
 def unlimited_site(site: Site, where: Path) -> Site:
     """The site with predicted_limits off on every partition: jobs keep their users' limits."""
     if not any(p.predicted_limits for p in site.partitions):
@@ -400,8 +348,6 @@ def run_arm(factory: ClusterFactory, workdir: Path, site: Site, sel: Selection, 
     # out itself, as in the arms' earlier results.
     if not arm.predicted_limits or not arm.model:
         site = unlimited_site(site, workdir.with_name(f"{workdir.name}.site.yaml"))
-    if arm.lanes:
-        site = laned_site(site, workdir.with_name(f"{workdir.name}.site.yaml"))
     t_start = time.monotonic()
     cluster = factory(workdir)
     try:

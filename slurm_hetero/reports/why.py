@@ -1416,25 +1416,12 @@ class Why:
                 "checked_at": self.checked_at}
 
 
-def lane_note(site: Site, partition: str) -> str | None:
-    """What a job waiting in a long-job lane (`long_jobs:`) should know: why it is there and
-    what the lane leaves to shorter jobs (None: `partition` is no lane)."""
-    for p in site.partitions:
-        if p.long_jobs and p.long_jobs in partition.split(","):
-            lane = sorted(n for g in site.node_groups if p.long_jobs in g.partitions for n in g.nodes)
-            every = sum(g.node_count for g in site.node_groups if p.name in g.partitions)
-            return (f"it is in {p.long_jobs}, the long-job lane of partition {p.name}: the bridge "
-                    f"expects it to run over {_minutes_text(p.long_over_s)}, so it may use {len(lane)} of "
-                    f"the {every} nodes of {p.name}; the others stay for shorter jobs")
-    return None
-
-
 def bridge_facts(comment: dict[str, Any]) -> dict[str, Any] | None:
     """What the bridge chose for a job and why, from its admin-comment record."""
     if comment.get("hetero") != 1:
         return None
     out: dict[str, Any] = {k: comment[k] for k in ("accel", "arch", "tier", "model", "pool", "n", "units",
-                                                   "why", "candidates", "cands", "lane") if k in comment}
+                                                   "why", "candidates", "cands") if k in comment}
     if isinstance(comment.get("why"), str):
         out["why_words"] = BRIDGE_WHY.get(comment["why"], "")
     p50, p90 = _pred(comment)
@@ -1514,8 +1501,6 @@ def build_why(inp: Inputs, site: Site, now: float | None = None) -> Why:
             w.notes.append(f"the limit behind {reason.code} could not be read (sacctmgr gave no "
                            f"{reason.limit.sacctmgr_field} for this job's "
                            f"{'QoS' if reason.limit.source == 'QOS' else 'association'})")
-    if (lane := lane_note(site, job.partition)) is not None:
-        w.notes.append(lane)
     if reason.code == "Dependency" and job.dependency:
         w.notes.append(f"depends on: {job.dependency}")
     if reason.code == "BeginTime" and job.eligible:

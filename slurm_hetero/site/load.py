@@ -61,7 +61,6 @@ from slurm_hetero.site.safeyaml import (
 )
 from slurm_hetero.site.tiers import load_tiers
 from slurm_hetero.site.units import parse_bandwidth_gbs, parse_size_mib
-from slurm_hetero.slurm.parse import parse_duration_s
 
 _MODEL_REQUIRED = ("stack", "resource_type", "device_memory", "memory_bandwidth", "tdp_watts",
                    "compute_units")
@@ -351,55 +350,14 @@ class _Builder:
             if p["name"] in seen:
                 self.err(("partitions", i, "name"), f"duplicate partition {p['name']!r}")
             seen.add(p["name"])
-            lane = p.get("long_jobs") or {}
             out.append(Partition(p["name"], bool(p.get("default", False)),
                                  p.get("max_time", "UNLIMITED"), p.get("default_time"),
                                  bool(p.get("predicted_limits", False)),
-                                 lane.get("partition"), self.lane_over_s(i, lane),
                                  options_of(p.get("options")), p.get("extra_nodes", "")))
         if sum(p.default for p in out) > 1:
             self.err(("partitions",), "more than one partition has default: true",
                      "mark exactly one partition as the default (or none)")
-        self.check_lanes(out)
         return tuple(out)
-
-    def lane_over_s(self, i: int, lane: dict[str, Any]) -> int:
-        if not lane:
-            return 0
-        seconds = parse_duration_s(lane["over"])
-        if seconds is None or seconds <= 0:
-            self.err(("partitions", i, "long_jobs", "over"), f"over {shown(lane['over'])} is not a duration",
-                     "a Slurm time above zero, e.g. 1:00:00 (one hour) or 4:00:00")
-            return 0
-        return int(seconds)
-
-    def check_lanes(self, parts: list[Partition]) -> None:
-        """A lane leads to another partition of the site, which is no lane's source itself
-        (a job moves once) and takes jobs from one partition only."""
-        names = {p.name for p in parts}
-        sources = {p.name for p in parts if p.long_jobs}
-        taken: dict[str, str] = {}
-        for i, p in enumerate(parts):
-            if not p.long_jobs:
-                continue
-            path: Path_ = ("partitions", i, "long_jobs", "partition")
-            if p.long_jobs == p.name or p.long_jobs not in names:
-                others = ", ".join(sorted(names - {p.name})) or "(none: add the lane partition)"
-                self.err(path, f"long_jobs.partition {shown(p.long_jobs)} is not another partition "
-                         "of the site", f"name one of {others}")
-            elif p.long_jobs in sources:
-                self.err(path, f"partition {p.long_jobs!r} has a long_jobs lane of its own",
-                         "a lane's partition holds the long jobs and sends none further")
-            elif p.long_jobs in taken:
-                self.err(path, f"partition {p.long_jobs!r} is already the long_jobs lane of "
-                         f"{taken[p.long_jobs]!r}", "give each partition its own lane partition")
-            taken.setdefault(p.long_jobs, p.name)
-            lane = next((q for q in parts if q.name == p.long_jobs), None)
-            if lane is not None and any(k.lower() == "maxcpuspernode" for k, _ in lane.options):
-                self.err(path, f"lane {p.long_jobs!r} caps its CPUs per node (MaxCPUsPerNode)",
-                         "give the lane fewer nodes instead: in a replay on Slurm 22.05 the lane's small "
-                         "jobs backfilled past a waiting 306-CPU lane job, which never started, and the "
-                         "machine idled (README, long-job lanes)")
 
     def node_groups(self, models: dict[str, AccelModel], partitions: set[str]) -> tuple[NodeGroup, ...]:
         groups: list[NodeGroup] = []

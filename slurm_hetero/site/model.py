@@ -99,11 +99,6 @@ class Partition:
     max_time: str = "UNLIMITED"
     default_time: str | None = None
     predicted_limits: bool = False  # backfill mode: limits set to the predicted quantile
-    # The long-job lane (`long_jobs:`): the bridge moves this partition's jobs predicted to
-    # run longer than long_over_s to the partition long_jobs, which has only some of its
-    # nodes: the others are left to shorter jobs.
-    long_jobs: str | None = None
-    long_over_s: int = 0
     # more PartitionName words of an existing site (AllowGroups, QOS, State, ...),
     # and nodes of slurm.keep_nodes (not modeled) that are in this partition too.
     options: tuple[tuple[str, str], ...] = ()

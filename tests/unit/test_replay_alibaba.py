@@ -275,39 +275,3 @@ def test_run_on_the_pods_file_reports_bad_windows_before_booting(tmp_path: Path)
     assert r.exit_code == 2 and "non-overlapping windows" in r.output, r.output
     r = CliRunner().invoke(replay_group(no_cluster), [*base, "--start", "busiest:x"])
     assert r.exit_code == 2 and "--start" in r.output, r.output
-
-
-def test_bridge_lanes_gives_each_backfill_partition_a_capped_lane(tmp_path: Path) -> None:
-    from slurm_hetero.conf.render import render_site
-    from slurm_hetero.replay.run import LANE_SHARE, laned_site
-
-    arm = ARMS["bridge-lanes"]
-    assert arm.lanes and arm.model and arm.predictor == ARMS["bridge-central"].predictor
-    site = load_site(REPLAY / "kth-site.yaml")  # sp2-[01-04], 25 CPUs each
-    lanes = laned_site(site, tmp_path / "arm.site.yaml")
-    batch, lane = lanes.partitions
-    assert (batch.name, batch.long_jobs, batch.long_over_s) == ("batch", "batch_long", 3600)
-    assert lane.predicted_limits and not lane.long_jobs and lane.options == ()
-    assert LANE_SHARE == 0.75 and [(g.names, g.partitions) for g in lanes.node_groups] == [
-        ("sp2-[01-03]", ("batch", "batch_long")), ("sp2-04", ("batch",))]
-    assert lanes.all_nodes == site.all_nodes
-    assert laned_site(lanes, tmp_path / "again.yaml") is lanes and not (tmp_path / "again.yaml").exists()
-    lua = render_site(lanes)["job_submit.lua"]
-    assert '["batch"] = { to = "batch_long", over_s = 3600, max_cpus = 75 }' in lua
-    # a one-node group gets no lane: a site of one such group, none at all
-    one = tmp_path / "one.yaml"
-    one.write_text((REPLAY / "kth-site.yaml").read_text().replace("sp2-[01-04]", "sp2-01"))
-    assert laned_site(load_site(one), tmp_path / "one-lanes.yaml").partitions[0].long_jobs is None
-
-
-def test_lanes_only_classifies_by_the_users_limit(tmp_path: Path) -> None:
-    from slurm_hetero.conf.render import render_site
-    from slurm_hetero.replay.run import laned_site, unlimited_site
-
-    arm = ARMS["lanes-only"]
-    assert arm.lanes and arm.bridge and not arm.model
-    # as run_arm does for an arm without a model: limits kept, then the lanes
-    site = laned_site(unlimited_site(load_site(REPLAY / "kth-site.yaml"), tmp_path / "a.yaml"), tmp_path / "b.yaml")
-    assert [(p.name, p.long_jobs, p.predicted_limits) for p in site.partitions] == [
-        ("batch", "batch_long", False), ("batch_long", None, False)]
-    assert "max_cpus = 75" in render_site(site)["job_submit.lua"]

@@ -284,24 +284,6 @@ def test_captured_kth_replay(kth: Site) -> None:
     assert w.estimates["slurm"] == 1796567761.0
 
 
-def test_a_job_in_a_long_job_lane_is_told_so(kth: Site, tmp_path: Path) -> None:
-    from slurm_hetero.replay.run import laned_site
-
-    lanes = laned_site(kth, tmp_path / "lanes.yaml")  # batch_long: sp2-[01-03]
-    comment = json.dumps({"hetero": 1, "pred": {"p50": 5000, "p90": 9000}, "lane": "batch_long"})
-    mine = cpu_job(30, state="PENDING", reason="Resources", cpus=30, partition="batch_long", comment=comment)
-    w = W.build_why(inputs(mine, busy()), lanes, now=NOW)
-    assert w.bridge is not None and w.bridge["lane"] == "batch_long"
-    note = next(n for n in w.notes if "long-job lane" in n)
-    assert "lane of partition batch" in note and "over 1:00:00" in note and "3 of the 4 nodes" in note
-    # our estimate counts the lane's nodes only: sp2-04, idle, is not its
-    assert w.pool is not None and w.pool["total"] == 75 and w.pool["free"] == 5
-    # the same job in batch, or on a site without lanes: no such note
-    assert not any("lane" in n for n in W.build_why(inputs(cpu_job(30, state="PENDING", reason="Resources"),
-                                                               busy()), lanes, now=NOW).notes)
-    assert not any("lane" in n for n in W.build_why(inputs(mine, busy()), kth, now=NOW).notes)
-
-
 def test_a_job_slurm_has_looked_at_is_not_said_unseen(kth: Site) -> None:
     """Slurm clears a job's reason while a pass looks at it: with last_sched_evaluation past its
     eligible time, `why` says so instead of "has not looked at it yet"."""

@@ -84,10 +84,6 @@ local PARTITION_LIMITS = {
     ["gpu"] = 60,
     ["npu"] = 60,
 }
--- Long-job lanes (`long_jobs:`): a job predicted longer than over_s moves from the
--- partition to the lane `to`, unless it needs more than the lane's max_cpus.
-local LONG_LANES = {
-}
 local DEFAULT_PARTITION = "cpu"
 -- The bridge daemon may move pending jobs between the pools of their request.
 local MIGRATE = false
@@ -151,7 +147,6 @@ local MOUNTS_VAR = site("MOUNTS_VAR", "SLURM_HETERO_MOUNTS")
 local PREDICTED_LIMITS = site("PREDICTED_LIMITS", {})  -- partition -> true
 local PARTITION_LIMITS = site("PARTITION_LIMITS", {})  -- partition -> minutes
 local DEFAULT_PARTITION = site("DEFAULT_PARTITION", "")
-local LONG_LANES = site("LONG_LANES", {})  -- partition -> { to, over_s, max_cpus }: long_jobs lanes
 local MODEL_LUA = site("MODEL_LUA", nil)     -- the exported runtime model, a Lua chunk
 local MIGRATE = site("MIGRATE", false)       -- the daemon may move pending jobs between pools
 local LIMITED_TIERS = site("LIMITED_TIERS", {})  -- tiers with per-model GrpTRES limits -> true
@@ -1228,54 +1223,6 @@ local function add_prediction(job_desc, set, now, job_partition, tres, record)
         end
     end
     record[#record + 1] = pred
-    return p90
-end
-
--- The job's CPUs in all, as far as it says (a lane's size check).
-local function job_cpus(job_desc)
-    if set32(job_desc.min_cpus) then return job_desc.min_cpus end
-    local per_task = set16(job_desc.cpus_per_task) and job_desc.cpus_per_task or 1
-    local tasks = set32(job_desc.num_tasks) and job_desc.num_tasks or 1
-    return tasks * per_task
-end
-
--- A partition list with each lane's source replaced by its lane (nil: it names no source,
--- or the job is bigger than a lane can ever hold and would wait there forever).
-local function into_lanes(list, cpus)
-    local out, seen, moved = {}, {}, false
-    for part in gmatch(list, "[^,]+") do
-        local lane = LONG_LANES[part]
-        if lane ~= nil then
-            if cpus > lane.max_cpus then return nil end
-            part, moved = lane.to, true
-        end
-        if not seen[part] then seen[part] = true; out[#out + 1] = part end
-    end
-    return moved and tconcat(out, ",") or nil
-end
-
--- `long_jobs:` lanes. A job whose p90 (without one: its user's limit, none: unbounded) is
--- over its lane's threshold runs in the lane, which has only some of the partition's nodes:
--- the others stay for shorter jobs. Without it, long jobs backfill into the last CPUs next to
--- a big job and the minute-long jobs behind them wait for hours (AVEbsld is theirs).
-local function route_long(job_desc, set, partition, p90, record)
-    local list = set.partition or partition or DEFAULT_PARTITION
-    local lane
-    for part in gmatch(list, "[^,]+") do lane = lane or LONG_LANES[part] end
-    if lane == nil then return end
-    local long_s = p90
-    if long_s == nil then
-        local user_min = job_desc.time_limit
-        if user_min == nil or user_min >= NO_VAL or user_min == 0 then
-            user_min = PARTITION_LIMITS[first_partition(list) or ""]
-        end
-        long_s = user_min and user_min * 60 or HUGE
-    end
-    if long_s <= lane.over_s then return end
-    local moved = into_lanes(list, job_cpus(job_desc))
-    if moved == nil then return end
-    set.partition = moved
-    record[#record + 1] = '"lane":' .. json_string(moved)
 end
 
 -- A plain GRES request (tres) without a partition: the partitions that have that GRES (nil:
@@ -1306,19 +1253,12 @@ local function submit(job_desc)
     end
     if set == nil then return nil, err end
     if routed and set.partition == nil then set.partition = routed end
-    local p90
     if MODEL ~= nil then
         record = record or {}
         local pok, perr = pcall(add_prediction, job_desc, set, now, partition, tres, record)
-        if pok then
-            p90 = perr
-        else  -- a failed prediction must not undo the rest of the decision
+        if not pok then  -- a failed prediction must not undo the rest of the decision
             slurm.log_error("slurm-hetero: runtime prediction failed: %s", tostring(perr))
         end
-    end
-    if next(LONG_LANES) ~= nil then
-        record = record or {}
-        route_long(job_desc, set, partition, p90, record)
     end
     -- The decision record, written once: a job with hetero options or a prediction has one.
     if record and #record > 0 then
@@ -1352,26 +1292,7 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
     return slurm.SUCCESS
 end
 
--- A job in a lane stays in it: its user moving it back to the lane's source would put a
--- long job beside the cap that keeps CPUs for short ones.
-local function keep_lane(job_desc, job_rec)
-    local new, cur = job_desc.partition, job_rec.partition
-    if new == nil or cur == nil then return end
-    for part in gmatch(cur, "[^,]+") do
-        for _, lane in pairs(LONG_LANES) do
-            if lane.to == part then
-                job_desc.partition = into_lanes(new, 0) or new
-                return
-            end
-        end
-    end
-end
-
 function slurm_job_modify(job_desc, job_rec, part_list, modify_uid)
-    if modify_uid ~= 0 and next(LONG_LANES) ~= nil then
-        local ok, err = pcall(keep_lane, job_desc, job_rec)
-        if not ok then slurm.log_error("slurm-hetero: job_modify: %s", tostring(err)) end
-    end
     return slurm.SUCCESS
 end
 
@@ -1410,7 +1331,6 @@ bridge({
     LIMITED_TIERS = LIMITED_TIERS,
     DEFAULT_TIER = DEFAULT_TIER,
     SITE_FACTOR = SITE_FACTOR,
-    LONG_LANES = LONG_LANES,
 })
 
 return slurm.SUCCESS
