@@ -43,7 +43,9 @@ PAIRS = (("bridge", "plain"), ("easy++", "plain"), ("bridge", "easy++"), ("bridg
          ("bridge-lanes", "plain"), ("bridge-lanes", "easy++"), ("bridge-lanes", "bridge-central"),
          ("lanes-only", "plain"), ("bridge-lanes", "lanes-only"),
          # the GPU pods: --accel (start soonest, no model) against fixed models, and with migration
-         ("bridge-nomodel", "plain"), ("bridge-migrate", "plain"))
+         ("bridge-nomodel", "plain"), ("bridge-migrate", "plain"),
+         # and with floating placement (a pod may start in any equal pool of its request)
+         ("bridge-float", "plain"), ("bridge-float", "bridge-nomodel"))
 # AVEbsld over every measured job, over those started in every arm (paired), mean wait, and
 # the mean wait of the measured jobs that asked for accelerators.
 KEYS = ("ave_bsld", "ave_bsld_started_in_all", "wait_mean", "accel_wait_mean")

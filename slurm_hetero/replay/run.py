@@ -71,6 +71,7 @@ class Arm:
     # Accelerator jobs do work at their pool's speed, checkpoint and resume (submit.WorkSpec).
     work: bool = False
     migrate_running: bool = False  # migration.running on too: checkpointed jobs move while running
+    float_pools: bool = False  # the site's placement.float on: a job may start in any equal pool
     # The model's limits in backfill (partitions with predicted_limits) as the site says; off:
     # the model only orders the queue (SiteFactor), every job keeps its user's limit.
     predicted_limits: bool = True
@@ -95,6 +96,8 @@ ARMS = {
     "bridge-cautious": Arm("bridge-cautious", bridge=True, model=True, predictor="model-cautious"),
     # bridge-central with the queue ordered by the upper quantile (`model export --order upper`).
     "bridge-order90": Arm("bridge-order90", bridge=True, model=True, predictor="model-order90"),
+    # bridge-nomodel with floating placement (placement.float): compare it with bridge-nomodel
+    "bridge-float": Arm("bridge-float", bridge=True, model=False, float_pools=True),
     # bridge-nomodel with pending-job migration: compare it with bridge-nomodel
     "bridge-migrate": Arm("bridge-migrate", bridge=True, model=False, migrate=True),
     # With work bodies (a job on a faster pool ends sooner; a requeued one resumes): without
@@ -244,6 +247,17 @@ def migrating_site(site: Site, where: Path, running: bool = False) -> Site:
     return rewritten_site(site, where, f"migration {', '.join(on)} on", change)
 
 
+def floating_site(site: Site, where: Path) -> Site:
+    """The site with `placement.float` on."""
+    if site.placement.float:
+        return site
+
+    def change(data: dict[str, Any]) -> None:
+        data["placement"] = {**(data.get("placement") or {}), "float": True}
+
+    return rewritten_site(site, where, "placement.float on", change)
+
+
 def unlimited_site(site: Site, where: Path) -> Site:
     """The site with predicted_limits off on every partition: jobs keep their users' limits."""
     if not any(p.predicted_limits for p in site.partitions):
@@ -344,6 +358,8 @@ def run_arm(factory: ClusterFactory, workdir: Path, site: Site, sel: Selection, 
             say(f"created {len(made)} local users for the trace's users ({made[0]}, ...)")
     if arm.migrate:
         site = migrating_site(site, workdir.with_name(f"{workdir.name}.site.yaml"), arm.migrate_running)
+    if arm.float_pools:
+        site = floating_site(site, workdir.with_name(f"{workdir.name}.site.yaml"))
     # Without a model no limit is shortened: no OverTimeLimit either, so Slurm times jobs
     # out itself, as in the arms' earlier results.
     if not arm.predicted_limits or not arm.model:

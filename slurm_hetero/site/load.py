@@ -44,7 +44,7 @@ from slurm_hetero.site.limits import (
     hostlist_size,
     shown,
 )
-from slurm_hetero.site.migration import load_migration
+from slurm_hetero.site.migration import load_migration, load_placement
 from slurm_hetero.site.model import AccelGroup, Billing, NodeAgent, NodeGroup, Partition, Site
 from slurm_hetero.site.monitor import load_monitor
 from slurm_hetero.site.names import ARCH_ALIASES, ARCH_ALLOWED, near
@@ -585,6 +585,7 @@ def load_site_text(text: str, source: str = "<site>", path: Path | None = None) 
     slurm = load_slurm(data, groups, partitions, b.err)  # the existing installation
     power = load_power(data, groups, partitions, b.err)  # power saving (site/power.py)
     migration = load_migration(data, b.err)  # moving jobs between pools
+    placement = load_placement(data)  # one pool or any of several equal ones
     monitor = load_monitor(data, b.err)  # the exporters' address and web config
     if b.problems:
         raise SiteError(source, [p.format(source, positions) for p in b.problems])
@@ -594,7 +595,7 @@ def load_site_text(text: str, source: str = "<site>", path: Path | None = None) 
                 qos=qos, default_qos=default_qos, billing=billing, energy_policies=policies,
                 energy_auto=auto, node_agent=node_agent,
                 images=images, containers=containers, slurm=slurm, power=power,
-                migration=migration, monitor=monitor)
+                migration=migration, placement=placement, monitor=monitor)
 
 
 def decode_site_bytes(raw: bytes, source: str) -> str:

@@ -1,11 +1,12 @@
-"""The site's `migration:` section: what the bridge daemon may move between pools."""
+"""The site's `migration:` section (what the bridge daemon may move between pools) and its
+`placement:` section (how many pools a job may start in)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
 
-from slurm_hetero.site.model import MigrationSettings
+from slurm_hetero.site.model import MigrationSettings, PlacementSettings
 from slurm_hetero.site.tiers import DURATION_HINT, parse_duration_s
 
 MAX_DURATION_S = 7 * 86_400
@@ -39,3 +40,8 @@ def load_migration(data: dict[str, Any], err: Err) -> MigrationSettings:
                              running=bool(m.get("running", False)),
                              running_gain=float(m.get("running_gain", d.running_gain)),
                              restart_cost_s=_duration(m, "restart_cost", d.restart_cost_s, err))
+
+
+def load_placement(data: dict[str, Any]) -> PlacementSettings:
+    p = data.get("placement") or {}  # the schema checked its types
+    return PlacementSettings(float=bool(p.get("float", False)))

@@ -235,6 +235,16 @@ class PowerSettings:
 
 
 @dataclass(frozen=True)
+class PlacementSettings:
+    """placement: how the bridge places an --accel job. With `float`, a job whose request
+    several pools of one arch satisfy with the same device count per node asks Slurm for any
+    of them (untyped GRES, the models' node features ORed), so it starts in whichever frees
+    first instead of waiting in the one pool chosen at submit."""
+
+    float: bool = False
+
+
+@dataclass(frozen=True)
 class MigrationSettings:
     """migration: what the bridge daemon may move. A pending job moves only between the
     pools its own --accel request allowed at submit (the bridge records them)."""
@@ -270,6 +280,7 @@ class Site:
     slurm: SlurmSettings = field(default_factory=SlurmSettings)
     power: PowerSettings = field(default_factory=PowerSettings)
     migration: MigrationSettings = field(default_factory=MigrationSettings)
+    placement: PlacementSettings = field(default_factory=PlacementSettings)
     monitor: MonitorSettings = field(default_factory=MonitorSettings)  # the exporters
 
     @property

@@ -32,11 +32,11 @@ def queued(c: Cluster, jid: int) -> QueuedJob | None:
 
 
 @contextmanager
-def moving(c: Cluster, demo_site: Site, tmp_path: Path, migration: str) -> Iterator[None]:
-    """The cluster's bridge (job_submit.lua and daemon) on the demo site plus `migration`,
-    with a fresh snapshot; the demo's own afterwards."""
+def moving(c: Cluster, demo_site: Site, tmp_path: Path, migration: str, section: str = "migration") -> Iterator[None]:
+    """The cluster's bridge (job_submit.lua and daemon) on the demo site plus `migration`
+    (or another `section`), with a fresh snapshot; the demo's own afterwards."""
     variant = tmp_path / "site.yaml"
-    variant.write_text((ROOT / "site" / "demo" / "site.yaml").read_text() + f"\nmigration: {migration}\n")
+    variant.write_text((ROOT / "site" / "demo" / "site.yaml").read_text() + f"\n{section}: {migration}\n")
     site = load_site(variant)
     c.load_model(site, None)  # job_submit.lua of the variant (slurmctld re-reads it)
     c.stop_bridge()
@@ -77,6 +77,35 @@ def test_pending_job_moves_to_a_pool_with_room(cluster: Cluster, demo_site: Site
         ("a100-80gb@x86_64", "v100@x86_64", 1, "a100-80gb"), json.dumps(rec)
     log = (c.log / "bridge.log").read_text()
     assert f"job {jid}: moved v100@x86_64 -> a100-80gb@x86_64" in log, log[-2000:]
+
+
+def test_floating_job_starts_in_the_pool_that_has_room_without_a_move(
+        cluster: Cluster, demo_site: Site, tmp_path: Path) -> None:
+    """With `placement.float` on, nvidia:2 asks Slurm for any of the three NVIDIA x86 pools
+    (untyped GRES, the models ORed); its guessed pool (V100) is drained before it
+    starts, and Slurm itself starts it on the A100s: no daemon move, A100 work in accounting."""
+    c = cluster
+    jid = 0
+    with moving(c, demo_site, tmp_path, "{float: true}", section="placement"):
+        jid = submit(c.runner, ["-H", "--accel=nvidia:2", "-o", "/dev/null"], "sleep 3")
+        first = queued(c, jid)
+        assert first is not None, jid
+        rec = parse_comment(first.admin_comment)
+        assert (rec["pool"], rec["float"], first.tres_per_node, first.features) == \
+            ("v100@x86_64", "v100@x86_64,a100-80gb@x86_64,h100@x86_64",
+             ("gres:" if c.runner.version() < (23, 2) else "gres/") + "gpu:2", "x86_64&(v100|a100-80gb|h100)"), first
+        c.runner.run(["scontrol", "update", "NodeName=v100-01", "State=DRAIN", "Reason=maintenance"])
+        try:
+            c.runner.run(release_argv([jid]))
+            wait_done(c.runner, [jid], timeout=60)
+        finally:
+            c.runner.run(["scontrol", "update", "NodeName=v100-01", "State=RESUME"], check=False)
+    row = sacct_jobs(c.runner, [jid], ["JobID", "State", "NodeList", "AllocTRES", "AdminComment"],
+                     require=["AdminComment"])[jid]
+    assert row["State"] == "COMPLETED" and row["NodeList"].startswith("a100-"), row
+    assert "gres/gpu:a100-80gb=2" in row["AllocTRES"], row
+    assert "moved_from" not in parse_comment(row["AdminComment"])
+    assert f"job {jid}: moved" not in (c.log / "bridge.log").read_text()
 
 
 def test_running_migratable_job_is_requeued_into_a_faster_pool_and_resumes(

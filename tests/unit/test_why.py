@@ -168,6 +168,11 @@ def test_captured_queues_parse_and_devices_come_from_structure(site: Site) -> No
     assert later[3].pending and later[3].tres_per_node == "gres/gpu:h100:1"
     n = W.job_need(later[3], view)
     assert n is not None and n.pools == ("h100@x86_64",) and n.per_node == 1
+    # A floating job (placement.float): untyped GRES, its pools ORed in its features.
+    floating = W.parse_queue(queue(job(41, state="PENDING", reason="Resources", gres="gpu:2",
+                                       features="x86_64&(v100|h100)")))[0]
+    n = W.job_need(floating, view)
+    assert n is not None and set(n.pools) == {"v100@x86_64", "h100@x86_64"} and n.per_node == 2
     # 24.11 prints a GRES without File= as `npu:910b(CNT:2)`.
     raw = job(40, gres="npu:910b:2", nodes="npu-01")
     raw["gres_detail"] = ["npu:910b(CNT:2)"]

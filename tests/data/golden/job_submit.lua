@@ -87,6 +87,8 @@ local PARTITION_LIMITS = {
 local DEFAULT_PARTITION = "cpu"
 -- The bridge daemon may move pending jobs between the pools of their request.
 local MIGRATE = false
+-- A one-node job may start in any pool of its request that takes the same device count.
+local FLOAT = false
 -- Tiers whose GrpTRES caps models (their jobs keep typed GRES: Slurm counts only those).
 local LIMITED_TIERS = { ["diamond"] = true, }
 local DEFAULT_TIER = "gold"
@@ -149,6 +151,7 @@ local PARTITION_LIMITS = site("PARTITION_LIMITS", {})  -- partition -> minutes
 local DEFAULT_PARTITION = site("DEFAULT_PARTITION", "")
 local MODEL_LUA = site("MODEL_LUA", nil)     -- the exported runtime model, a Lua chunk
 local MIGRATE = site("MIGRATE", false)       -- the daemon may move pending jobs between pools
+local FLOAT = site("FLOAT", false)           -- a job may start in any equal pool of its request
 local LIMITED_TIERS = site("LIMITED_TIERS", {})  -- tiers with per-model GrpTRES limits -> true
 local DEFAULT_TIER = site("DEFAULT_TIER", "")
 local SITE_FACTOR = site("SITE_FACTOR", nil)  -- { cap, horizon_min, step }: the daemon's SiteFactor
@@ -981,7 +984,7 @@ local function decide(job_desc, opts, now, partition, tres)
         if energy == "auto" then record[#record + 1] = '"energy_rule":"no history: balanced"' end
     end
     local gpu_job = tres ~= nil and sfind(tres, "gpu", 1, true)
-    local place  -- a movable job's model, pinned by its node feature
+    local place  -- a movable job's model (a floating job's models), pinned by node feature
     if opts.accel then
         if tres ~= nil then
             return reject("accel", opts.accel, "conflicts with --gres/--gpus; give one of them")
@@ -1024,8 +1027,36 @@ local function decide(job_desc, opts, now, partition, tres)
         -- Not for a tier with per-model limits: Slurm counts those only on typed requests
         -- (an untyped gres:gpu:2 passes a tier's gres/gpu:v100=2 cap: seen on 22.05).
         -- (Only on such sites: the checks read slurmctld's fields, the common path reads none.)
-        if MIGRATE and #cands > 1 and not opts.image and job_desc.container == nil
-            and not LIMITED_TIERS[set.qos or job_desc.qos or DEFAULT_TIER] then
+        local plain = #cands > 1 and not opts.image and job_desc.container == nil
+            and not LIMITED_TIERS[set.qos or job_desc.qos or DEFAULT_TIER]
+        -- Floating: the pools of the same arch, GRES kind, partitions and device count as the
+        -- chosen one are equal offers for this request, so the job asks Slurm for any of them
+        -- (untyped GRES, the models' node features ORed, best first) and starts in whichever
+        -- frees first: the choice at submit only guesses which one that is. A job that runs on
+        -- one node (-N 1, or one task) gets a plain OR, which Slurm's scheduler and backfill
+        -- test in one pass; one that might span nodes a matching OR ([a|b]: every node of one
+        -- model), which they test once per model. Not for a job with a constraint of its own
+        -- (an expression is not rewritten), nor one asking for several nodes by count.
+        if FLOAT and plain and job_desc.features == nil
+            and not (set32(job_desc.min_nodes) and job_desc.min_nodes > 1)
+            and not (set32(job_desc.max_nodes) and job_desc.max_nodes > 1) then
+            local models, keys = {}, {}
+            for _, c in ipairs(cands) do
+                local p = c.pool
+                if c.n == best.n and p.arch == best.pool.arch and MODELS[p.model].gres == m.gres
+                    and (partition ~= nil or p.partitions == best.pool.partitions) then
+                    models[#models + 1], keys[#keys + 1] = p.model, p.key
+                end
+            end
+            if #models > 1 then
+                set.tres_per_node = texts.untyped
+                local one = job_desc.max_nodes == 1 or not (set32(job_desc.num_tasks) and job_desc.num_tasks > 1)
+                place = (one and "(" or "[") .. tconcat(models, "|") .. (one and ")" or "]")
+                record[#record + 1] = '"float":"' .. tconcat(keys, ",") .. '"'
+                plain = false  -- it needs no moving
+            end
+        end
+        if MIGRATE and plain then
             set.tres_per_node = texts.untyped
             place = best.pool.model
             record[#record + 1] = '"movable":true'
@@ -1327,6 +1358,7 @@ bridge({
     DEFAULT_PARTITION = DEFAULT_PARTITION,
     MODEL_LUA = MODEL_LUA,
     MIGRATE = MIGRATE,
+    FLOAT = FLOAT,
     TIER_NOTES = TIER_NOTES,
     LIMITED_TIERS = LIMITED_TIERS,
     DEFAULT_TIER = DEFAULT_TIER,
