@@ -37,7 +37,15 @@ from pathlib import Path
 from typing import Any
 
 from slurm_hetero.devcluster.replay import DevReplayCluster
-from slurm_hetero.replay.metrics import ALL, Pools, distribution, figures, release_lags, runtime_errors
+from slurm_hetero.replay.metrics import (
+    ALL,
+    Pools,
+    accel_wait_all,
+    distribution,
+    figures,
+    release_lags,
+    runtime_errors,
+)
 from slurm_hetero.replay.run import ARMS, ArmResult, parse_arms, run_arm
 from slurm_hetero.replay.trace import read_trace_counted, select_for
 from slurm_hetero.replay.window import Capacity, Window, busiest
@@ -90,13 +98,11 @@ def turnaround(r: ArmResult) -> float | None:
 
 
 def all_accel(r: ArmResult) -> tuple[float | None, int, int]:
-    """Every accelerator job's mean wait, carried-over ones included (their due time is the
-    replay's first instant; one never started counts until the end), and how many of the
-    measured / carried ones never started. A burst the bridge sends to one pool shows here."""
-    accel = [o for o in r.outcomes if o.accel]
-    waits = [o.wait if o.wait is not None else max(0.0, r.end_now - o.due) for o in accel]
-    never = [o for o in accel if o.start is None]
-    return (statistics.mean(waits) if waits else None, sum(o.measured for o in never),
+    """Every accelerator job's mean wait, carried-over ones included (metrics.accel_wait_all),
+    and how many of the measured / carried ones never started. A burst the bridge sends to
+    one pool shows here."""
+    never = [o for o in r.outcomes if o.accel and o.start is None]
+    return (accel_wait_all(r.outcomes, r.end_now), sum(o.measured for o in never),
             sum(not o.measured for o in never))
 
 

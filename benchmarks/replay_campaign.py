@@ -27,7 +27,7 @@ from typing import Any
 from slurm_hetero.errors import InputError
 from slurm_hetero.fileio import write_json_atomic
 from slurm_hetero.replay import merge, report
-from slurm_hetero.replay.metrics import ALL, slowdown
+from slurm_hetero.replay.metrics import ALL, accel_wait_all, slowdown
 from slurm_hetero.replay.run import ArmResult
 
 PAIRS = (("bridge", "plain"), ("easy++", "plain"), ("bridge", "easy++"), ("bridge-central", "plain"),
@@ -46,9 +46,11 @@ PAIRS = (("bridge", "plain"), ("easy++", "plain"), ("bridge", "easy++"), ("bridg
          ("bridge-nomodel", "plain"), ("bridge-migrate", "plain"),
          # and with floating placement (a pod may start in any equal pool of its request)
          ("bridge-float", "plain"), ("bridge-float", "bridge-nomodel"))
-# AVEbsld over every measured job, over those started in every arm (paired), mean wait, and
-# the mean wait of the measured jobs that asked for accelerators.
-KEYS = ("ave_bsld", "ave_bsld_started_in_all", "wait_mean", "accel_wait_mean")
+# AVEbsld over every measured job, over those started in every arm (paired), mean wait, the
+# mean wait of the measured jobs that asked for accelerators, and of every accelerator job,
+# those carried over into the window too (a placement that starts the carried-over backlog
+# sooner and one that keeps holes for newcomers differ there in opposite directions).
+KEYS = ("ave_bsld", "ave_bsld_started_in_all", "wait_mean", "accel_wait_mean", "accel_wait_all_mean")
 
 
 def _fig(r: ArmResult, name: str) -> float | None:
@@ -80,6 +82,7 @@ def window_row(start: int, res: dict[str, ArmResult]) -> dict[str, Any]:
         arms[name] = {
             "ave_bsld": _fig(r, "ave_bsld"), "wait_mean": _fig(r, "wait_mean"),
             "accel_jobs": _fig(r, "accel_jobs"), "accel_wait_mean": _fig(r, "accel_wait_mean"),
+            "accel_wait_all_mean": accel_wait_all(r.outcomes, r.end_now),
             # busy share per pool (devices, or CPUs for cpu@ARCH) over the replay
             "utilisation": {p: f.utilisation for p, f in r.figures.items() if f.utilisation is not None},
             "ave_bsld_started_in_all": common[name],

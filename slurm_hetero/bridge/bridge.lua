@@ -936,8 +936,9 @@ local function decide(job_desc, opts, now, partition, tres)
         -- one node (-N 1, or one task) gets a plain OR, which Slurm's scheduler and backfill
         -- test in one pass; one that might span nodes a matching OR ([a|b]: every node of one
         -- model), which they test once per model. Not for a job with a constraint of its own
-        -- (an expression is not rewritten), nor one asking for several nodes by count.
-        if FLOAT and plain and job_desc.features == nil
+        -- (an expression is not rewritten), one asking for several nodes by count, nor a
+        -- --migratable one (the daemon may move it while it runs: it keeps the movable shape).
+        if FLOAT and plain and job_desc.features == nil and not opts.migratable
             and not (set32(job_desc.min_nodes) and job_desc.min_nodes > 1)
             and not (set32(job_desc.max_nodes) and job_desc.max_nodes > 1) then
             local models, keys = {}, {}
@@ -950,7 +951,9 @@ local function decide(job_desc, opts, now, partition, tres)
             end
             if #models > 1 then
                 set.tres_per_node = texts.untyped
-                local one = job_desc.max_nodes == 1 or not (set32(job_desc.num_tasks) and job_desc.num_tasks > 1)
+                -- One node for sure: -N 1, or one task and no node list (-w names nodes it gets all of).
+                local one = job_desc.max_nodes == 1 or
+                    (not (set32(job_desc.num_tasks) and job_desc.num_tasks > 1) and job_desc.req_nodes == nil)
                 place = (one and "(" or "[") .. tconcat(models, "|") .. (one and ")" or "]")
                 record[#record + 1] = '"float":"' .. tconcat(keys, ",") .. '"'
                 plain = false  -- it needs no moving

@@ -228,6 +228,15 @@ def slowdown(o: Outcome, end_now: float) -> float:
     return bsld(max(0.0, end_now - o.due), float(o.expected_s))
 
 
+def accel_wait_all(outs: Iterable[Outcome], end_now: float) -> float | None:
+    """Every accelerator job's mean wait, carried-over ones included (due at the replay's first
+    instant); one never started counts its wait until the replay stopped. A placement that
+    starts the carried-over backlog sooner, and one that keeps holes for newcomers, move this
+    and the measured jobs' wait in opposite directions."""
+    waits = [o.wait if o.wait is not None else max(0.0, end_now - o.due) for o in outs if o.accel]
+    return sum(waits) / len(waits) if waits else None
+
+
 def figures(outs: list[Outcome], capacity: Mapping[str, float], t0: float, hours: float,
             end_now: float, units: Mapping[str, float] | None = None) -> dict[str, PoolFigures]:
     """Per pool and ALL: measured jobs' slowdown and waits, every job's use of the window;

@@ -79,33 +79,43 @@ def test_pending_job_moves_to_a_pool_with_room(cluster: Cluster, demo_site: Site
     assert f"job {jid}: moved v100@x86_64 -> a100-80gb@x86_64" in log, log[-2000:]
 
 
-def test_floating_job_starts_in_the_pool_that_has_room_without_a_move(
+def test_floating_jobs_start_in_the_pool_that_has_room_without_a_move(
         cluster: Cluster, demo_site: Site, tmp_path: Path) -> None:
-    """With `placement.float` on, nvidia:2 asks Slurm for any of the three NVIDIA x86 pools
-    (untyped GRES, the models ORed); its guessed pool (V100) is drained before it
-    starts, and Slurm itself starts it on the A100s: no daemon move, A100 work in accounting."""
+    """With `placement.float` on (and the daemon's moves too, so that a move could happen),
+    nvidia:2 asks Slurm for any of the three NVIDIA x86 pools: untyped GRES, the models ORed
+    (a plain OR for one task, a matching OR for tasks that might span nodes). Their guessed
+    pool (V100) is drained before they start, and Slurm itself starts them on the A100s: no
+    daemon move, A100 work in accounting."""
     c = cluster
-    jid = 0
-    with moving(c, demo_site, tmp_path, "{float: true}", section="placement"):
-        jid = submit(c.runner, ["-H", "--accel=nvidia:2", "-o", "/dev/null"], "sleep 3")
-        first = queued(c, jid)
-        assert first is not None, jid
-        rec = parse_comment(first.admin_comment)
-        assert (rec["pool"], rec["float"], first.tres_per_node, first.features) == \
-            ("v100@x86_64", "v100@x86_64,a100-80gb@x86_64,h100@x86_64",
-             ("gres:" if c.runner.version() < (23, 2) else "gres/") + "gpu:2", "x86_64&(v100|a100-80gb|h100)"), first
+    spell = "gres:" if c.runner.version() < (23, 2) else "gres/"
+    shapes = {(): "x86_64&(v100|a100-80gb|h100)", ("-n", "2"): "x86_64&[v100|a100-80gb|h100]"}
+    jids: list[int] = []
+    with moving(c, demo_site, tmp_path, "{float: true}\nmigration: {pending: true, pending_after: 1s}",
+                section="placement"):
+        for extra, features in shapes.items():
+            jid = submit(c.runner, ["-H", "--accel=nvidia:2", *extra, "-o", "/dev/null"], "sleep 3")
+            jids.append(jid)
+            first = queued(c, jid)
+            assert first is not None, jid
+            rec = parse_comment(first.admin_comment)
+            assert (rec["pool"], rec["float"], first.tres_per_node, first.features) == \
+                ("v100@x86_64", "v100@x86_64,a100-80gb@x86_64,h100@x86_64", spell + "gpu:2", features), first
+            assert "movable" not in rec
         c.runner.run(["scontrol", "update", "NodeName=v100-01", "State=DRAIN", "Reason=maintenance"])
         try:
-            c.runner.run(release_argv([jid]))
-            wait_done(c.runner, [jid], timeout=60)
+            c.runner.run(release_argv(jids))
+            wait_done(c.runner, jids, timeout=60)
         finally:
             c.runner.run(["scontrol", "update", "NodeName=v100-01", "State=RESUME"], check=False)
-    row = sacct_jobs(c.runner, [jid], ["JobID", "State", "NodeList", "AllocTRES", "AdminComment"],
-                     require=["AdminComment"])[jid]
-    assert row["State"] == "COMPLETED" and row["NodeList"].startswith("a100-"), row
-    assert "gres/gpu:a100-80gb=2" in row["AllocTRES"], row
-    assert "moved_from" not in parse_comment(row["AdminComment"])
-    assert f"job {jid}: moved" not in (c.log / "bridge.log").read_text()
+    rows = sacct_jobs(c.runner, jids, ["JobID", "State", "NodeList", "AllocTRES", "AdminComment"],
+                      require=["AdminComment"])
+    log = (c.log / "bridge.log").read_text()
+    for jid in jids:
+        row = rows[jid]
+        assert row["State"] == "COMPLETED" and row["NodeList"].startswith("a100-"), row
+        assert "gres/gpu:a100-80gb=2" in row["AllocTRES"], row
+        assert "moved_from" not in parse_comment(row["AdminComment"])
+        assert f"job {jid}: moved" not in log
 
 
 def test_running_migratable_job_is_requeued_into_a_faster_pool_and_resumes(

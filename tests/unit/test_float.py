@@ -1,6 +1,6 @@
 """Floating placement (`placement: {float: true}`): a one-node --accel job asks Slurm for any
 of the equal pools of its request (untyped GRES, the models' features ORed), on
-the demo site. The real sbatch and slurmctld side is in tests/integration/test_float.py."""
+the demo site. The real sbatch and slurmctld side is in tests/integration/test_migrate.py."""
 
 from __future__ import annotations
 
@@ -12,12 +12,10 @@ from typing import Any
 import pytest
 
 from slurm_hetero.bridge.luarun import JobSubmit
-from slurm_hetero.bridge.migrate import Planner
-from slurm_hetero.bridge.snapshot import PoolCapacity, build_snapshot
+from slurm_hetero.bridge.snapshot import build_snapshot
 from slurm_hetero.conf import Profile, render_site
 from slurm_hetero.site import Site, load_site, load_site_text
 from slurm_hetero.site.load import SiteError
-from slurm_hetero.site.pools import pools
 from slurm_hetero.slurm.squeue import QueuedJob
 
 DEMO = Path(__file__).resolve().parents[2] / "site" / "demo" / "site.yaml"
@@ -48,9 +46,11 @@ def test_a_job_that_several_pools_satisfy_asks_for_any_of_them(floating: JobSubm
     # One node asked for explicitly: a plain OR too, whatever its tasks.
     rc, desc = floating.submit({"accel": "nvidia:1"}, min_nodes=1, max_nodes=1, num_tasks=8)
     assert (desc["tres_per_node"], desc["features"]) == ("gres:gpu:1", NVIDIA)
-    # Tasks that might spread over nodes: a matching OR keeps every node on one model.
-    rc, desc = floating.submit({"accel": "nvidia:1"}, num_tasks=8)
-    assert (desc["tres_per_node"], desc["features"]) == ("gres:gpu:1", "x86_64&[v100|a100-80gb|h100]")
+    # Tasks that might spread over nodes, or a node list (-w: the job gets every node named):
+    # a matching OR keeps every node on one model.
+    for fields in ({"num_tasks": 8}, {"req_nodes": "v100-01,a100-01"}):
+        rc, desc = floating.submit({"accel": "nvidia:1"}, **fields)
+        assert (desc["tres_per_node"], desc["features"]) == ("gres:gpu:1", "x86_64&[v100|a100-80gb|h100]"), fields
 
 
 @pytest.mark.parametrize(("why", "options", "fields", "tres", "features"), [
@@ -58,6 +58,12 @@ def test_a_job_that_several_pools_satisfy_asks_for_any_of_them(floating: JobSubm
     ("the user's own constraint", {"accel": "nvidia:2"}, {"features": "ib"}, "gres:gpu:v100:2", "(ib)&x86_64"),
     ("several nodes", {"accel": "nvidia:2"}, {"min_nodes": 2, "max_nodes": 2}, "gres:gpu:v100:2", "x86_64"),
     ("up to several nodes", {"accel": "nvidia:2"}, {"max_nodes": 3}, "gres:gpu:v100:2", "x86_64"),
+    ("at least two nodes", {"accel": "nvidia:2"}, {"min_nodes": 2}, "gres:gpu:v100:2", "x86_64"),
+    ("--migratable (the daemon may move it running)", {"accel": "nvidia:2", "checkpoint": "/tmp/ck",
+                                                        "migratable": ""}, {}, "gres:gpu:v100:2", "x86_64"),
+    # units=2 on x86: 2 A100s or 1 H100 (5 V100s fit no node); the pools differ in count.
+    ("no other pool with its device count", {"accel": "units=2", "arch": "x86_64"}, {},
+     "gres:gpu:a100-80gb:2", "x86_64"),
     ("a tier whose limits cap models", {"accel": "nvidia:2", "tier": "diamond"}, {}, "gres:gpu:v100:2", "x86_64"),
     ("the default tier by --qos", {"accel": "nvidia:2"}, {"qos": "diamond"}, "gres:gpu:v100:2", "x86_64"),
     # units=2: 3 910Bs (aarch64, npu), 2 A100s, 1 H100, 1 GH200; the chosen 910B has no equal.
@@ -87,30 +93,19 @@ def test_off_by_default_and_with_migration_the_floating_job_is_not_moved(tmp_pat
     both = bridge(tmp_path / "b", "\nplacement: {float: true}\nmigration: {pending: true}\n")
     rc, desc = both.submit({"accel": "nvidia:2"})
     assert rc == 0 and desc["features"] == NVIDIA and "movable" not in record(desc)
-    site = load_site_text(DEMO.read_text() + "\nmigration: {pending: true}\n", "m.yaml")
-    job = QueuedJob(job_id=7, state="PENDING", user="u", name="n", partition="gpu", time_limit_min=60,
-                    submit_time=0.0, start_time=None, admin_comment=desc["admin_comment"],
-                    gres_detail=(), nodes="", tres_per_node="gres:gpu:2", features=NVIDIA,
-                    node_count=1, reason="Resources")
-    caps = {p.key: PoolCapacity(total=p.devices, free=0 if p.model == "v100" else p.devices,
-                                free_max_node=0 if p.model == "v100" else p.per_node) for p in pools(site)}
-    assert Planner(site, site.migration).plan([job], caps, 1_000_000.0) == []
-    # The same record marked movable would move: the planner skips it for that mark alone.
-    movable = replace(job, admin_comment=json.dumps({**record(desc), "movable": True}),
-                      features="x86_64&v100")
-    assert [m.to_pool for m in Planner(site, site.migration).plan([movable], caps, 1_000_000.0)] == \
-        ["a100-80gb@x86_64"]
 
 
 def test_a_pending_floating_job_counts_in_each_of_its_pools(tmp_path: Path) -> None:
     site: Site = load_site(DEMO)
     job = QueuedJob(job_id=7, state="PENDING", user="u", name="n", partition="gpu", time_limit_min=60,
                     submit_time=0.0, start_time=None, admin_comment="", gres_detail=(), nodes="",
-                    tres_per_node="gres:gpu:2", features="x86_64&[v100|h100]", node_count=1,
+                    tres_per_node="gres:gpu:2", features="", node_count=1,
                     reason="Resources")
-    caps = build_snapshot(site, "", [job])
-    assert (caps["v100@x86_64"].pending, caps["h100@x86_64"].pending) == (2, 2)
-    assert caps["a100-80gb@x86_64"].pending == 0 and caps["gh200@aarch64"].pending == 0
+    # It takes the first of them that frees: each one's queue holds it.
+    for features in ("x86_64&[v100|h100]", "x86_64&(v100|h100)"):
+        caps = build_snapshot(site, "", [replace(job, features=features)])
+        assert (caps["v100@x86_64"].pending, caps["h100@x86_64"].pending) == (2, 2), features
+        assert caps["a100-80gb@x86_64"].pending == 0 and caps["gh200@aarch64"].pending == 0
 
 
 @pytest.mark.parametrize("value", ["yes", 1, {"on": True}])

@@ -236,7 +236,9 @@ def test_bridge_nolimits_keeps_the_model_but_every_users_limit(tmp_path: Path) -
 
 
 def test_utilisation_in_normalized_units_and_accelerator_waits() -> None:
-    from slurm_hetero.replay.metrics import ALL, Outcome, Pools, figures
+    from dataclasses import replace
+
+    from slurm_hetero.replay.metrics import ALL, Outcome, Pools, accel_wait_all, figures
 
     site = load_site(REPLAY / "alibaba-site-small.yaml")
     pools = Pools(site)
@@ -263,6 +265,11 @@ def test_utilisation_in_normalized_units_and_accelerator_waits() -> None:
     got: tuple[object, ...] = (figs[ALL].accel_jobs, figs[ALL].accel_wait_mean)  # pytest.approx in a tuple: mypy's strict equality sees no overlap
     assert got == (3, pytest.approx((0 + 600 + 2600) / 3))
     assert figs["cpu@x86_64"].units_used_h is None
+    # Carried-over jobs too (not measured): one never started waits the whole replay.
+    carried = replace(pending, trace_id="e", job_id="e", measured=False, due=0.0)
+    assert accel_wait_all([*outs, pending, carried], 3600.0) == pytest.approx((0 + 600 + 2600 + 3600) / 4)
+    assert figs[ALL].accel_wait_mean == pytest.approx((0 + 600 + 2600) / 3)  # measured only
+    assert accel_wait_all([outs[2]], 3600.0) is None  # no accelerator job
 
 
 def test_run_on_the_pods_file_reports_bad_windows_before_booting(tmp_path: Path) -> None:
