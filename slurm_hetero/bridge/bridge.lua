@@ -921,13 +921,11 @@ local function decide(job_desc, opts, now, partition, tres)
         local alts = {}
         for i, c in ipairs(cands) do alts[i] = pool_text(c).alt end
         record[#record + 1] = '"cands":"' .. tconcat(alts, ",") .. '"'
-        -- Movable: Slurm 22.05 cannot change the GRES type of a pending job, so where the
-        -- daemon may move jobs the GRES stays untyped and the model's node feature pins it
-        -- (a move rewrites the feature; Slurm still allocates and accounts typed devices).
-        -- Not for a tier with per-model limits: Slurm counts those only on typed requests
-        -- (an untyped gres:gpu:2 passes a tier's gres/gpu:v100=2 cap: seen on 22.05).
-        -- (Only on such sites: the checks read slurmctld's fields, the common path reads none.)
-        local plain = #cands > 1 and not opts.image and job_desc.container == nil
+        -- Floating or movable jobs ask for untyped GRES with the model(s) in their features;
+        -- not for an image's job, nor a tier with per-model limits: Slurm counts those only on
+        -- typed requests (an untyped gres:gpu:2 passes a tier's gres/gpu:v100=2 cap: seen on
+        -- 22.05). Only on such sites: the checks read slurmctld's fields, the common path none.
+        local reshape = (FLOAT or MIGRATE) and #cands > 1 and not opts.image and job_desc.container == nil
             and not LIMITED_TIERS[set.qos or job_desc.qos or DEFAULT_TIER]
         -- Floating: the pools of the same arch, GRES kind, partitions and device count as the
         -- chosen one are equal offers for this request, so the job asks Slurm for any of them
@@ -938,7 +936,7 @@ local function decide(job_desc, opts, now, partition, tres)
         -- model), which they test once per model. Not for a job with a constraint of its own
         -- (an expression is not rewritten), one asking for several nodes by count, nor a
         -- --migratable one (the daemon may move it while it runs: it keeps the movable shape).
-        if FLOAT and plain and job_desc.features == nil and not opts.migratable
+        if FLOAT and reshape and job_desc.features == nil and not opts.migratable
             and not (set32(job_desc.min_nodes) and job_desc.min_nodes > 1)
             and not (set32(job_desc.max_nodes) and job_desc.max_nodes > 1) then
             local models, keys = {}, {}
@@ -956,10 +954,13 @@ local function decide(job_desc, opts, now, partition, tres)
                     (not (set32(job_desc.num_tasks) and job_desc.num_tasks > 1) and job_desc.req_nodes == nil)
                 place = (one and "(" or "[") .. tconcat(models, "|") .. (one and ")" or "]")
                 record[#record + 1] = '"float":"' .. tconcat(keys, ",") .. '"'
-                plain = false  -- it needs no moving
+                reshape = false  -- it needs no moving
             end
         end
-        if MIGRATE and plain then
+        -- Movable: Slurm 22.05 cannot change the GRES type of a pending job, so where the
+        -- daemon may move jobs the GRES stays untyped and the model's node feature pins it
+        -- (a move rewrites the feature; Slurm still allocates and accounts typed devices).
+        if MIGRATE and reshape then
             set.tres_per_node = texts.untyped
             place = best.pool.model
             record[#record + 1] = '"movable":true'
