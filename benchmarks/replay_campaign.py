@@ -45,7 +45,9 @@ PAIRS = (("bridge", "plain"), ("easy++", "plain"), ("bridge", "easy++"), ("bridg
          # the GPU pods: --accel (start soonest, no model) against fixed models, and with migration
          ("bridge-nomodel", "plain"), ("bridge-migrate", "plain"),
          # and with floating placement (a pod may start in any equal pool of its request)
-         ("bridge-float", "plain"), ("bridge-float", "bridge-nomodel"))
+         ("bridge-float", "plain"), ("bridge-float", "bridge-nomodel"),
+         # and with "starts now" counting each node's free CPUs and memory (placement.node_fit)
+         ("bridge-fit", "plain"), ("bridge-fit", "bridge-nomodel"))
 # AVEbsld over every measured job, over those started in every arm (paired), mean wait, the
 # mean wait of the measured jobs that asked for accelerators, and of every accelerator job,
 # those carried over into the window too (a placement that starts the carried-over backlog

@@ -35,6 +35,30 @@ class PoolCapacity:
     free: int = 0
     free_max_node: int = 0  # the most devices free on one node: can an N-device job start?
     pending: int = 0
+    # placement.node_fit: entry k-1 is (CPUs, memory MiB) free on the node with at least k
+    # devices free that has the most CPUs free (then memory), for k up to free_max_node and
+    # FIT_MAX: a job fits there when both cover it. None: not kept, or a node's CPUs unread.
+    fit: list[tuple[int, int]] | None = None
+
+
+# Fit entries per pool: a job asking more devices on one node is never taken to start now
+# where fit is kept. Bounds the snapshot at the schema's largest site (64 devices a node).
+FIT_MAX = 16
+
+
+def node_room(fields: list[str]) -> tuple[int, int] | None:
+    """(CPUs idle, memory MiB unallocated) from a capacity line's last three fields, or None.
+
+    >>> node_room(["64/0/0/64", "524288", "131072"]), node_room(["0/64/0/64", "1", "x"])
+    ((0, 393216), None)
+    """
+    if len(fields) < 3:
+        return None
+    cpus, mem, alloc = (f.strip() for f in fields[:3])
+    parts = cpus.split("/")
+    if len(parts) != 4 or not all(x.isdigit() for x in (*parts, mem, alloc)):
+        return None
+    return int(parts[1]), max(0, int(mem) - int(alloc))
 
 
 def _model_of(site: Site) -> dict[tuple[str, str], str]:
@@ -46,6 +70,8 @@ def build_snapshot(site: Site, sinfo_text: str, jobs: Iterable[QueuedJob]) -> di
     a feature expression may hold `|`, so no text format of squeue is safe to split)."""
     model_of = _model_of(site)
     caps = {p.key: PoolCapacity() for p in pools(site)}
+    fit = site.placement.node_fit
+    rooms: dict[str, list[tuple[int, int, int]] | None] = {k: [] for k in caps}
     seen: set[str] = set()
     for line in sinfo_text.splitlines():
         fields = line.split("|")
@@ -59,6 +85,7 @@ def build_snapshot(site: Site, sinfo_text: str, jobs: Iterable[QueuedJob]) -> di
         arch = "aarch64" if "aarch64" in features.split(",") else "x86_64"
         usable = not any(word in state.lower() for word in _UNAVAILABLE)
         used_by = parse_gres(used)
+        room = node_room(fields[5:]) if fit else None
         for name_type, count in parse_gres(gres).items():
             name, _, gtype = name_type.partition(":")
             mid = model_of.get((name, gtype))
@@ -69,6 +96,12 @@ def build_snapshot(site: Site, sinfo_text: str, jobs: Iterable[QueuedJob]) -> di
             cap.total += count
             cap.free += free
             cap.free_max_node = max(cap.free_max_node, free)
+            kept = rooms[f"{mid}@{arch}"]
+            if fit and free and kept is not None:
+                if room is None:  # a node whose CPUs cannot be read: the pool keeps no fit
+                    rooms[f"{mid}@{arch}"] = None
+                else:
+                    kept.append((free, *room))
     for job in jobs:
         if job.state != "PENDING":
             continue
@@ -88,6 +121,12 @@ def build_snapshot(site: Site, sinfo_text: str, jobs: Iterable[QueuedJob]) -> di
                     for arch in arches:
                         if f"{mid}@{arch}" in caps:
                             caps[f"{mid}@{arch}"].pending += count
+    if fit:
+        for key, cap in caps.items():
+            kept_rooms = rooms[key]
+            if kept_rooms is not None:
+                cap.fit = [max(((c, m) for d, c, m in kept_rooms if d >= k), default=(0, 0))
+                           for k in range(1, min(cap.free_max_node, FIT_MAX) + 1)]
     return caps
 
 
@@ -96,13 +135,23 @@ _POOL_KEY = re.compile(r"[A-Za-z0-9@._-]{1,128}")
 HORIZONS = (5, 15, 60)
 
 
+def _fit_lua(fit: list[tuple[int, int]] | None) -> str:
+    """
+    >>> _fit_lua([(12, 4096), (4, 0)]), _fit_lua([]), _fit_lua(None)
+    (', fit = { { 12, 4096 }, { 4, 0 } }', ', fit = { }', '')
+    """
+    if fit is None:
+        return ""
+    return ", fit = { " + "".join(f"{{ {c}, {m} }}, " for c, m in fit)[:-2] + " }" if fit else ", fit = { }"
+
+
 def to_lua(caps: dict[str, PoolCapacity], generated_at: float, forecast: Forecast | None = None) -> str:
     """The snapshot as a Lua 5.1 chunk that only returns data. The demand forecast (when the
     daemon keeps one) comes after the pools, so `generated_at` stays on the second line."""
     gen = int(generated_at)
     rows = "\n".join(
         f'  ["{k}"] = {{ total = {c.total}, free = {c.free}, free_max_node = {c.free_max_node}, '
-        f"pending = {c.pending} }}," for k, c in sorted(caps.items()))
+        f"pending = {c.pending}{_fit_lua(c.fit)} }}," for k, c in sorted(caps.items()))
     fc = "".join(f'  ["{k}"] = {{ m5 = {v[5]:.3f}, m15 = {v[15]:.3f}, m60 = {v[60]:.3f} }},\n'
                  for k, v in sorted((forecast or {}).items())
                  if _POOL_KEY.fullmatch(k) and all(math.isfinite(v.get(h, math.nan)) for h in HORIZONS))

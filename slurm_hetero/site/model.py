@@ -242,6 +242,9 @@ class PlacementSettings:
     first instead of waiting in the one pool chosen at submit."""
 
     float: bool = False
+    # The snapshot also carries, per pool, the most CPUs and memory free on a node with N
+    # devices free: "starts now" then needs one node to hold the job's CPUs and memory too.
+    node_fit: bool = False
 
 
 @dataclass(frozen=True)

@@ -14,8 +14,10 @@ from collections.abc import Iterable, Sequence
 from slurm_hetero.slurm.parse import SACCT_DELIMITER, SINFO_FORMAT, check_trusted
 
 _JOB_ID = re.compile(r"\d{1,12}(?:[_+]\d{1,12})?")
-# sinfo -O: one line per node, `|` after each field (user text cannot appear here).
-CAPACITY_FIELDS = "NodeList:|,StateLong:|,Gres:|,GresUsed:|,Features:|"
+# sinfo -O: one line per node, `|` after each field (user text cannot appear here). CPUs
+# (allocated/idle/other/total), memory and memory allocated (MiB) come last: readers of the
+# first five fields are unchanged.
+CAPACITY_FIELDS = "NodeList:|,StateLong:|,Gres:|,GresUsed:|,Features:|,CPUsState:|,Memory:|,AllocMem:|"
 PENDING_FORMAT = "%i|%P|%q|%u|%a|%V|%r"
 
 
@@ -52,7 +54,8 @@ def sinfo_nodes_argv() -> list[str]:
 
 
 def sinfo_capacity_argv() -> list[str]:
-    """One line per node: name, long state, GRES, GRES in use, features."""
+    """One line per node: name, long state, GRES, GRES in use, features, CPUs A/I/O/T,
+    memory, memory allocated."""
     return ["sinfo", "-N", "-h", "-O", CAPACITY_FIELDS]
 
 

@@ -11,7 +11,7 @@ from typing import Any, cast
 import pytest
 
 from slurm_hetero.bridge.luarun import JobSubmit
-from slurm_hetero.bridge.snapshot import PoolCapacity, build_snapshot, to_lua
+from slurm_hetero.bridge.snapshot import FIT_MAX, PoolCapacity, build_snapshot, to_lua
 from slurm_hetero.conf import Profile, render_site
 from slurm_hetero.conf.bridge import bridge_source
 from slurm_hetero.site import Site, load_site
@@ -78,6 +78,15 @@ BAD_ROWS = [
     ('  ["v100@x86_64"] = { total = 8, free = 8, free_max_node = true, pending = 0 },\n', "free_max_node is boolean"),
     ('  ["v100@x86_64"] = 8,\n', "not a table"),
     ('  ["v100@x86_64"] = { 8, 8, 4, 0 },\n', "total is nil"),
+    ('  ["v100@x86_64"] = { total = 8, free = 8, free_max_node = 2, pending = 0, fit = 3 },\n', "fit is number"),
+    ('  ["v100@x86_64"] = { total = 8, free = 8, free_max_node = 2, pending = 0, fit = { { 4, 0 } } },\n',
+     "fit entry 2 is not two counts"),
+    ('  ["v100@x86_64"] = { total = 8, free = 8, free_max_node = 1, pending = 0, fit = { { 4, -1 } } },\n',
+     "fit entry 1 is not two counts"),
+    ('  ["v100@x86_64"] = { total = 8, free = 8, free_max_node = 1, pending = 0, fit = { "4, 0" } },\n',
+     "fit entry 1 is not two counts"),
+    ('  ["v100@x86_64"] = { total = 8, free = 8, free_max_node = 1, pending = 0, fit = { { 4, 0 }, { 4, 0 } } },\n',
+     "fit has more entries than devices free"),
 ]
 
 
@@ -399,6 +408,14 @@ def test_the_largest_site_fits_under_the_cap() -> None:
     hetero = JobSubmit.bridge(TABLES)
     got, bad = hetero.module.load_snapshot(text.split("\n", 1)[1])
     assert got is not None and len(list(got.pools)) == len(caps), bad
+    # with placement.node_fit: FIT_MAX entries of a 5-digit CPU count and 8-digit MiB each
+    for c in caps.values():
+        c.fit = [(65535, 99_999_999)] * FIT_MAX
+    text = to_lua(caps, 1.7e9, {k: {5: 1e9, 15: 1e9, 60: 1e9} for k in caps})
+    assert len(text) < SNAPSHOT_MAX_BYTES * 3 / 4
+    got, bad = hetero.module.load_snapshot(text.split("\n", 1)[1])
+    assert got is not None and len(list(got.pools)) == len(caps), bad
+    assert [tuple(e.values()) for e in got.pools[next(iter(caps))].fit.values()] == caps[next(iter(caps))].fit
 
 
 def test_a_data_only_file_at_the_cap_stays_bounded() -> None:

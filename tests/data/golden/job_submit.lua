@@ -423,7 +423,10 @@ end
 -- Written by `slurm-hetero bridge snapshot` (slurm_hetero/bridge/snapshot.py), atomically:
 --   -- hetero-snapshot GENERATION
 --   return { generated_at = EPOCH_S, pools = { ["model@arch"] = { total = N, free = N,
---            free_max_node = N, pending = N }, ... }, forecast = { ... } }
+--            free_max_node = N, pending = N [, fit = { { CPUS, MEM_MIB }, ... }] }, ... },
+--            forecast = { ... } }
+-- fit (placement.node_fit): entry k is what the node with k or more devices free that has
+-- the most CPUs free has free, for k up to free_max_node and FIT_MAX.
 -- Re-read at most every SNAPSHOT_CHECK_S s and loaded only when GENERATION changed: with
 -- bounded reads, as data only (not_data), in an empty environment, under an instruction
 -- cap, then checked field by field. A pool with a bad field is left out (one log line per
@@ -438,11 +441,12 @@ local MAX_DEVICES = 2147483647
 local SNAPSHOT_INSTRUCTIONS = 1000000
 -- The whole file, read with bounded reads. The largest site the schema allows (256 added
 -- models and the catalog, two arches, 64-character ids, 10-digit counts, a forecast) writes
--- about 180 KiB. A data-only chunk (not_data) allocates in proportion to its size: ~40
+-- about 180 KiB, and about 350 KiB with FIT_MAX fit entries of 7-digit figures per pool. A data-only chunk (not_data) allocates in proportion to its size: ~40
 -- bytes per byte at most as measured (`{{{}}},` over and over), ~20 MiB at this cap, once.
 local SNAPSHOT_MAX_BYTES = 524288
 local SNAPSHOT_HEAD_BYTES = 128  -- the generation line ends within it
 local POOL_FIELDS = { "total", "free", "free_max_node", "pending" }
+local FIT_MAX = 16  -- as snapshot.py writes: more devices on one node never "start now"
 local DATA_WORDS = { ["return"] = true, ["true"] = true, ["false"] = true, ["nil"] = true }
 
 -- Why a chunk is not data only, or nil. The instruction cap bounds time, not memory:
@@ -561,11 +565,29 @@ local function check_snapshot(data)
                 why = "more devices free than there are"
             end
         end
+        local fit = nil
+        if why == nil then fit = p.fit end
+        if fit ~= nil then  -- a copy of entries 1..n: no hole, nothing but two counts each
+            local n, clean = min(p.free_max_node, FIT_MAX), {}
+            if type(fit) ~= "table" then
+                why = "fit is " .. type(fit)
+            end
+            for k = 1, why == nil and n or 0 do
+                local e = fit[k]
+                if type(e) ~= "table" or not device_count(e[1]) or not device_count(e[2]) then
+                    why = "fit entry " .. k .. " is not two counts"
+                    break
+                end
+                clean[k] = { e[1], e[2] }
+            end
+            if why == nil and fit[n + 1] ~= nil then why = "fit has more entries than devices free" end
+            fit = clean
+        end
         if why then
             bad[#bad + 1] = shown(tostring(key)) .. " (" .. why .. ")"
         else
             pools[key] = { total = p.total, free = p.free, free_max_node = p.free_max_node,
-                           pending = p.pending }
+                           pending = p.pending, fit = fit }
         end
     end
     tsort(bad)
@@ -768,18 +790,25 @@ end
 -- With a fresh snapshot: pools where the job can start now come first, cheapest (fewest
 -- normalized units) first; then the others by shortest backlog (pending + requested - free
 -- devices, per device of the pool). Free is what the snapshot saw less what this slurmctld
--- placed since. With a stale one (the daemon stopped, or cannot write): no pool is taken to
+-- placed since. Where the snapshot keeps the pool's fit, one node must also have the job's
+-- CPUs and memory free (a device free beside busy cores starts nothing). With a stale one (the daemon stopped, or cannot write): no pool is taken to
 -- start it now, the rest as above; what was placed since keeps adding to each pool's
 -- backlog, so an outage's jobs spread over the pools by their size instead of all queueing
 -- behind the smallest model (the fault soak: nine pods waited a whole day in a one-node
 -- pool). Without one (none yet, unreadable, from the future): the static order.
-local function choose(cands, data, stale)
+local function choose(cands, data, stale, cpus, mem)
     local d = data or stale
     for _, c in ipairs(cands) do
         local s = d and d.pools[c.pool.key]
         if s then
             local free = s.free - (placed[c.pool.key] or 0)
-            c.now = data ~= nil and (min(s.free_max_node, free) >= c.n and s.pending == 0)
+            local now = data ~= nil and (min(s.free_max_node, free) >= c.n and s.pending == 0)
+            local fit = now and s.fit
+            if fit then
+                local room = fit[c.n]
+                now = room ~= nil and room[1] >= cpus and (mem == nil or room[2] >= mem)
+            end
+            c.now = now
             c.backlog = (s.pending + c.n - free) / max(s.total, 1)
         else
             c.now, c.backlog = false, HUGE
@@ -1005,7 +1034,7 @@ local function decide(job_desc, opts, now, partition, tres)
         end
         local data, age = snapshot(now)
         local stale = data == nil and snap.state == "stale" and snap.data or nil
-        local best, why = choose(cands, data, stale)
+        local best, why = choose(cands, data, stale, cpus, mem)
         if data or stale then placed[best.pool.key] = (placed[best.pool.key] or 0) + best.n end
         local m, texts = MODELS[best.pool.model], pool_text(best)
         set.tres_per_node = texts.tres

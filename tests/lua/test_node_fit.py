@@ -1,0 +1,160 @@
+"""placement.node_fit: "starts now" needs one node with the job's devices, CPUs and memory free.
+
+Without it the snapshot counts free devices per node only, and a 12-CPU pod was sent as
+`starts-now` to a node with a device and 10 CPUs free, where it waited all window (the
+Alibaba replay, window start 12551400)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from slurm_hetero.bridge.luarun import JobSubmit
+from slurm_hetero.bridge.snapshot import FIT_MAX, PoolCapacity, build_snapshot, node_room, to_lua
+from slurm_hetero.conf import Profile, render_site
+from slurm_hetero.site import Site, load_site_text
+from slurm_hetero.site.load import SiteError
+from slurm_hetero.site.pools import pools
+
+ROOT = Path(__file__).resolve().parents[2]
+DEMO = ROOT / "site" / "demo" / "site.yaml"
+# Slurm 22.05 on the demo site: a100-01 holds jobs on 3 of its 4 GPUs and all 64 CPUs;
+# a100-02 is idle; h100-01 holds 3 GPUs, 40 CPUs and 100 GiB.
+CAPTURED = (ROOT / "tests" / "data" / "captured" / "sinfo-capacity-fit-22.05.txt").read_text()
+
+
+def site_with(text: str) -> Site:
+    return load_site_text(DEMO.read_text() + text, "fit.yaml")
+
+
+@pytest.fixture(scope="module")
+def fit_site() -> Site:
+    return site_with("\nplacement: {node_fit: true}\n")
+
+
+def test_the_snapshot_keeps_each_pools_fit_from_captured_sinfo(fit_site: Site) -> None:
+    caps = build_snapshot(fit_site, CAPTURED, [])
+    a100 = caps["a100-80gb@x86_64"]
+    assert (a100.free, a100.free_max_node) == (5, 4)
+    # a100-01's free GPU comes with no CPU free: a one-GPU job fits a100-02 only
+    assert a100.fit == [(64, 524288)] * 4
+    assert caps["h100@x86_64"].fit == [(56, 1048576 - 102400)] * 5
+    assert caps["gh200@aarch64"].fit == [(72, 491520)]
+    assert caps["ascend-910b@aarch64"].fit == [(192, 1048576)] * 8
+    text = to_lua(caps, 7.0)
+    assert '["gh200@aarch64"] = { total = 1, free = 1, free_max_node = 1, pending = 0, fit = { { 72, 491520 } } },' in text
+
+
+def test_off_by_default_and_the_snapshot_unchanged() -> None:
+    site = site_with("")
+    assert not site.placement.node_fit
+    caps = build_snapshot(site, CAPTURED, [])
+    assert all(c.fit is None for c in caps.values())
+    assert "fit" not in to_lua(caps, 7.0)
+
+
+def test_each_device_count_gets_the_roomiest_node_that_has_that_many(fit_site: Site) -> None:
+    line = "{}|{}|gpu:h100:8|gpu:h100:{}(IDX:0)|x86_64,h100|{}|1000|{}|\n"
+    text = (line.format("n1", "mixed", 2, "90/6/0/96", 100)  # 6 free: few CPUs
+            + line.format("n2", "mixed", 7, "16/80/0/96", 0)  # 1 free: many CPUs
+            + line.format("n3", "drained", 0, "0/0/96/96", 0)  # drained: nothing free
+            + line.format("n4", "mixed", 6, "8/88/0/96", 900))  # 2 free: more CPUs, less memory
+    fit = build_snapshot(fit_site, text, [])["h100@x86_64"].fit
+    assert fit == [(88, 100), (88, 100), (6, 900), (6, 900), (6, 900), (6, 900)]
+
+
+def test_at_most_fit_max_entries(fit_site: Site) -> None:
+    text = "n1|idle|gpu:h100:64|gpu:h100:0(IDX:N/A)|x86_64|0/96/0/96|1000|0|\n"
+    cap = build_snapshot(fit_site, text, [])["h100@x86_64"]
+    assert cap.free_max_node == 64 and cap.fit == [(96, 1000)] * FIT_MAX
+
+
+@pytest.mark.parametrize("room", ["", "96|1000|0|", "x/96/0/96|1000|0|", "0/96/0/96|1000|-1|"])
+def test_a_node_whose_room_is_unread_leaves_its_pool_without_fit(fit_site: Site, room: str) -> None:
+    text = ("n1|idle|gpu:h100:8|gpu:h100:0(IDX:N/A)|x86_64|0/96/0/96|1000|0|\n"
+            f"n2|idle|gpu:h100:8|gpu:h100:0(IDX:N/A)|x86_64|{room}\n"
+            "v1|idle|gpu:v100:4|gpu:v100:0(IDX:N/A)|x86_64|0/80/0/80|1000|0|\n")
+    caps = build_snapshot(fit_site, text, [])
+    assert caps["h100@x86_64"].fit is None and caps["h100@x86_64"].free_max_node == 8
+    assert caps["v100@x86_64"].fit == [(80, 1000)] * 4
+
+
+def test_node_room() -> None:
+    assert node_room([" 40/56/0/96 ", "1048576", "102400"]) == (56, 946176)
+    assert node_room(["0/64/0/64", "100", "200"]) == (64, 0)  # more allocated than said
+    assert node_room(["0/64/0/64", "100"]) is None
+
+
+@pytest.mark.parametrize("value", ["yes", 1, None])
+def test_the_site_setting_is_a_boolean(value: Any) -> None:
+    with pytest.raises(SiteError, match="node_fit"):
+        site_with(f"\nplacement: {{node_fit: {json.dumps(value)}}}\n")
+
+
+# ---- the bridge's choice ------------------------------------------------------------------
+
+@pytest.fixture
+def js(fit_site: Site, tmp_path: Path) -> JobSubmit:
+    js = JobSubmit(render_site(fit_site, Profile(state_dir=str(tmp_path)))["job_submit.lua"])
+    js.state = tmp_path  # type: ignore[attr-defined]
+    return js
+
+
+def snapshot(site: Site, at: int, rows: Mapping[str, tuple[int, list[tuple[int, int]] | None]]) -> str:
+    """Every pool full but `rows`: pool -> (devices free on one node, fit)."""
+    caps = {}
+    for p in pools(site):
+        free, fit = rows.get(p.key, (0, None))
+        caps[p.key] = PoolCapacity(total=p.devices, free=free, free_max_node=free, fit=fit,
+                                   pending=0 if p.key in rows else p.devices)
+    return to_lua(caps, at)
+
+
+def decide(js: JobSubmit, text: str, accel: str, **fields: Any) -> dict[str, Any]:
+    """The bridge's decision on a fresh snapshot `text` (a new generation: nothing placed since)."""
+    js.now += 3  # past the bridge's re-check interval
+    gen = text.split("\n", 1)
+    (js.state / "hetero-snapshot.lua").write_text(f"{gen[0]}{js.now}\n{gen[1]}")  # type: ignore[attr-defined]
+    rc, desc = js.submit({"accel": accel}, max_nodes=1, min_nodes=1, **fields)
+    assert rc == 0, js.logs
+    out: dict[str, Any] = json.loads(desc["admin_comment"])
+    out["gres"] = desc["tres_per_node"]
+    return out
+
+
+def test_a_pool_whose_free_device_has_too_few_cpus_does_not_start_it_now(js: JobSubmit, fit_site: Site) -> None:
+    # the cheaper A100 has a device free beside 10 free CPUs; the H100s have room for 12
+    rows = {"a100-80gb@x86_64": (1, [(10, 10**6)]), "h100@x86_64": (2, [(64, 10**6), (64, 10**6)])}
+    text = snapshot(fit_site, js.now, rows)
+    small = decide(js, text, "nvidia:1", min_cpus=8)
+    assert (small["pool"], small["why"]) == ("a100-80gb@x86_64", "starts-now")
+    big = decide(js, text, "nvidia:1", min_cpus=12)
+    assert (big["pool"], big["why"]) == ("h100@x86_64", "starts-now")
+    # two GPUs on one node: only the H100 node has two free
+    assert decide(js, text, "nvidia:2", min_cpus=4)["pool"] == "h100@x86_64"
+    # 70 CPUs: the H100 nodes have 96, but not free now
+    assert decide(js, text, "nvidia:1", min_cpus=70)["why"] == "least-backlog"
+
+
+def test_memory_counts_too(js: JobSubmit, fit_site: Site) -> None:
+    rows = {"a100-80gb@x86_64": (1, [(64, 4096)]), "h100@x86_64": (1, [(64, 65536)])}
+    text = snapshot(fit_site, js.now, rows)
+    assert decide(js, text, "nvidia:1", min_cpus=4, min_mem_per_node=2048)["pool"] == "a100-80gb@x86_64"
+    got = decide(js, text, "nvidia:1", min_cpus=4, min_mem_per_node=8192)
+    assert (got["pool"], got["why"]) == ("h100@x86_64", "starts-now")
+    got = decide(js, text, "nvidia:1", min_cpus=4, min_mem_per_cpu=2048)  # 4 x 2 GiB
+    assert (got["pool"], got["why"]) == ("h100@x86_64", "starts-now")
+
+
+def test_without_fit_free_devices_alone_decide(js: JobSubmit, fit_site: Site) -> None:
+    """A snapshot from a daemon without node_fit (or a pool whose nodes' room it could not
+    read): as before, the device count alone."""
+    rows: dict[str, tuple[int, list[tuple[int, int]] | None]] = {
+        "a100-80gb@x86_64": (1, None), "h100@x86_64": (2, [(64, 10**6)] * 2)}
+    got = decide(js, snapshot(fit_site, js.now, rows), "nvidia:1", min_cpus=12)
+    assert (got["pool"], got["why"]) == ("a100-80gb@x86_64", "starts-now")
+
