@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from slurm_hetero.devcluster.replay import DevReplayCluster
+from slurm_hetero.replay.clockmap import PAUSE_S
 from slurm_hetero.replay.metrics import (
     ALL,
     Pools,
@@ -73,6 +74,14 @@ def fmt(v: float | None, spec: str = "7.0f") -> str:
     return format(v, spec) if v is not None else " " * (int(width) - 1 if width else 0) + "-"
 
 
+def paused_note(r: ArmResult) -> str:
+    """What a pause of this machine during the arm did to it (clockmap.wall_offset), or ""."""
+    paused = r.seconds.get("paused", 0.0)
+    if paused <= PAUSE_S:
+        return ""
+    return f"; MACHINE PAUSED {paused:.1f} s (+{paused * r.speed:.0f} trace s to jobs running or waiting)"
+
+
 def show(name: str, r: ArmResult) -> None:
     print(f"  [{name}] {r.real_s_per_trace_hour:.0f} real s / trace h, all ended {r.all_ended}, "
           f"submit failures {len(r.submit_failed)}")
@@ -80,7 +89,7 @@ def show(name: str, r: ArmResult) -> None:
     print(f"    fidelity: runtime error p50 {fmt(err['p50_abs'], '5.1f')} p90 {fmt(err['p90_abs'], '5.1f')} "
           f"max {fmt(err['max_abs'], '5.1f')} s (n {err['n']}); "
           f"release lag p90 {fmt(lag['p90_abs'], '5.1f')} "
-          f"max {fmt(lag['max_abs'], '5.1f')} s")
+          f"max {fmt(lag['max_abs'], '5.1f')} s{paused_note(r)}")
     print("    pool              jobs  wait mean   p50   p90  AVEbsld  util  units-util  early-kill  unfin")
     for pool, f in r.figures.items():
         util = f"{100 * f.utilisation:5.1f}%" if f.utilisation is not None else "     -"

@@ -27,6 +27,7 @@ from typing import Any
 from slurm_hetero.errors import InputError
 from slurm_hetero.fileio import write_json_atomic
 from slurm_hetero.replay import merge, report
+from slurm_hetero.replay.clockmap import PAUSE_S
 from slurm_hetero.replay.metrics import ALL, accel_wait_all, slowdown
 from slurm_hetero.replay.run import ArmResult
 
@@ -91,6 +92,9 @@ def window_row(start: int, res: dict[str, ArmResult]) -> dict[str, Any]:
             "measured": len(measured), "never_started": sum(o.start is None for o in measured),
             "killed_early": _fig(r, "killed_early"), "killed_at_limit": _fig(r, "killed_at_limit"),
             "all_ended": r.all_ended, "real_s": r.seconds.get("total"),
+            # this machine stopped during the arm (a VM snapshot): its jobs then running or
+            # waiting gained speed x this in trace s; None in files older than the check
+            "paused_s": r.seconds.get("paused"),
             # The replay's own error, trace seconds: release after due, run beyond the trace's.
             "fidelity": {"release_lag_p90_s": lag.get("p90_abs"), "runtime_error_p50_s": err.get("p50_abs"),
                          "runtime_error_p90_s": err.get("p90_abs")},
@@ -176,6 +180,9 @@ def main() -> int:
                "ratios": {key: ratios(rows, key) for key in KEYS},
                "killed_early": {k: sum(r["arms"][k]["killed_early"] or 0 for r in rows if k in r["arms"])
                                 for k in dict.fromkeys(k for r in rows for k in r["arms"])},
+               # arms this machine paused during (rerun their windows): [window start, arm, s]
+               "paused": [[r["start"], k, v["paused_s"]] for r in rows for k, v in r["arms"].items()
+                          if (v["paused_s"] or 0) > PAUSE_S],
                "per_window": rows}
     write_json_atomic(str(a.out), summary, indent=1)
     if a.merged:
@@ -204,6 +211,8 @@ def main() -> int:
             print(f"{a.log} {key} {pair}: mean {r['mean']:.2f} {ci}, geometric {geo} "
                   f"over {r['windows']} window(s)")
     print(f"killed before their user's limit: {summary['killed_early']}")
+    for start, arm, paused in summary["paused"]:
+        print(f"window {start} arm {arm}: this machine paused {paused} s during it: rerun the window")
     return 0
 
 

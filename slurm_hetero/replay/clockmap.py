@@ -39,6 +39,22 @@ class ClockMap:
         return self.faked(time.time())
 
 
+# A pause of the whole machine longer than this (s) is reported with the arm it hit.
+PAUSE_S = 1.0
+
+
+def wall_offset() -> float:
+    """The wall clock less the monotonic one (s). It holds still, but for NTP's slewing
+    (milliseconds), unless the machine itself was paused: a VM paused for a host snapshot
+    resumes with its monotonic clock where it stopped and its wall clock stepped forward.
+    The whole cluster froze with it, so nothing ran late in real time; but the faked clock
+    follows the wall clock and jumps `speed` times the pause. Jobs running across it then ran
+    that much longer in trace time, and waiting ones waited that much longer: seen here as
+    +240..283 trace s at x20 (VM snapshots of ~14 s, `random: crng reseeded due to virtual
+    machine fork` in dmesg at the same minutes)."""
+    return time.time() - time.monotonic()
+
+
 def parse_date(text: str) -> float:
     """`date +%s.%N` output.
 

@@ -35,7 +35,7 @@ from slurm_hetero.errors import InputError, RuntimeFailure
 from slurm_hetero.fileio import write_atomic, write_json_atomic
 from slurm_hetero.replay import sacct
 from slurm_hetero.replay.backend import ClusterFactory
-from slurm_hetero.replay.clockmap import ClockMap, calibrate
+from slurm_hetero.replay.clockmap import PAUSE_S, ClockMap, calibrate, wall_offset
 from slurm_hetero.replay.fidelity import Fidelity, measure
 from slurm_hetero.replay.metrics import (
     Outcome,
@@ -135,7 +135,9 @@ class ArmResult:
     figures: dict[str, PoolFigures]
     all_ended: bool
     submit_failed: list[tuple[str, str]] = field(default_factory=list)
-    seconds: dict[str, float] = field(default_factory=dict)  # real seconds: boot, replay, total
+    # Real seconds: boot, replay, total, and paused (the machine stopped during the replay:
+    # clockmap.wall_offset; absent in files older than it).
+    seconds: dict[str, float] = field(default_factory=dict)
     # Each pool's size (CPUs or devices), for utilisation over time; {} in files older than it.
     capacity: dict[str, float] = field(default_factory=dict)
 
@@ -394,6 +396,7 @@ def run_arm(factory: ClusterFactory, workdir: Path, site: Site, sel: Selection, 
                         lead_s=lead_s, say=show, every_s=max(5.0, 120.0 / speed))
         t_replay = time.monotonic()
         stop = watch(runner, clock) if watch is not None else None
+        wall0 = wall_offset()
         try:
             sub.run()
             deadline = None if drain_hours is None else t0 + (window.hours + drain_hours) * 3600
@@ -402,6 +405,11 @@ def run_arm(factory: ClusterFactory, workdir: Path, site: Site, sel: Selection, 
         finally:
             if stop is not None:
                 stop()
+        paused = max(0.0, wall_offset() - wall0)
+        if say and paused > PAUSE_S:
+            say(f"[{arm.name}] this machine was paused {paused:.1f} s during the replay (its wall clock "
+                f"stepped past its monotonic one): every job then running or waiting gained "
+                f"~{paused * speed:.0f} trace s; rerun this window")
         since, until = t0 + first - 3600, end_now + 3600
         text = (sacct.fetch_settled(runner, since, until) if all_ended
                 else sacct.fetch_text(runner, since, until))
@@ -426,7 +434,8 @@ def run_arm(factory: ClusterFactory, workdir: Path, site: Site, sel: Selection, 
     result = ArmResult(arm.name, speed, window, t0, end_now, outs, figs, all_ended,
                        [(j.trace_id, msg) for j, msg in sub.failed],
                        {"boot": round(boot, 1), "replay": round(replay_s, 1),
-                        "total": round(time.monotonic() - t_start, 1)}, capacity=dict(Pools(site).capacity))
+                        "total": round(time.monotonic() - t_start, 1), "paused": round(paused, 1)},
+                       capacity=dict(Pools(site).capacity))
     if save is not None:
         save.parent.mkdir(parents=True, exist_ok=True)
         write_json_atomic(str(save), result.to_json(), indent=1)

@@ -53,7 +53,9 @@ def test_every_job_ran_its_runtime_at_its_time(results: dict[str, ArmResult], ar
     assert bad == [], f"{arm}: jobs that did not complete: {bad}"
     errors = runtime_errors(r.outcomes)
     assert len(errors) == 52
-    assert max(abs(e) for e in errors) <= runtime_bound_s(SPEED), sorted(errors)
+    # a pause of this machine (a VM snapshot) adds speed x its length to every running job
+    assert r.seconds["paused"] >= 0.0
+    assert max(abs(e) for e in errors) <= runtime_bound_s(SPEED), (sorted(errors), r.seconds)
     # Released at its trace time (never before, and within a real second after).
     lags = release_lags(r.outcomes)
     assert len(lags) == 52 and min(lags) >= 0 and max(lags) <= SPEED, sorted(lags)

@@ -92,3 +92,23 @@ def test_a_windows_arms_from_two_runs_are_joined_and_none_counts_twice(monkeypat
                                       str(tmp_path / "c.json"), "--out", str(tmp_path / "o")])
     assert campaign().main() == 2 and "arms plain are in" in capsys.readouterr().err
     assert not (tmp_path / "o").exists()
+
+
+def test_an_arm_the_machine_paused_during_is_listed(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """A window whose arm ran across a pause of this machine (a VM snapshot: the faked clock
+    jumps speed x the pause) is named, to be rerun; files from before the check say None."""
+    doc = json.loads(WINDOW.read_text())
+    arms = doc["windows"][0]["arms"]
+    assert "paused" not in arms["plain"]["seconds"]
+    arms["bridge"]["seconds"]["paused"] = 13.6
+    arms["plain"]["seconds"]["paused"] = 0.4  # under PAUSE_S: NTP's slewing, not a pause
+    (tmp_path / "w.json").write_text(json.dumps(doc))
+    got = merge(monkeypatch, tmp_path, tmp_path / "w.json")
+    start = doc["windows"][0]["start"]
+    assert got["paused"] == [[start, "bridge", 13.6]]
+    assert got["per_window"][0]["arms"]["plain"]["paused_s"] == 0.4
+    assert f"window {start} arm bridge: this machine paused 13.6 s during it: rerun the window" in \
+        capsys.readouterr().out
+    old = merge(monkeypatch, tmp_path, WINDOW)
+    assert old["paused"] == [] and old["per_window"][0]["arms"]["plain"]["paused_s"] is None
