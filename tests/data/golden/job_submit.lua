@@ -441,8 +441,9 @@ local MAX_DEVICES = 2147483647
 local SNAPSHOT_INSTRUCTIONS = 1000000
 -- The whole file, read with bounded reads. The largest site the schema allows (256 added
 -- models and the catalog, two arches, 64-character ids, 10-digit counts, a forecast) writes
--- about 180 KiB, and about 350 KiB with FIT_MAX fit entries of 7-digit figures per pool. A data-only chunk (not_data) allocates in proportion to its size: ~40
--- bytes per byte at most as measured (`{{{}}},` over and over), ~20 MiB at this cap, once.
+-- about 180 KiB, and about 350 KiB with FIT_MAX fit entries of 7-digit figures per pool. A
+-- data-only chunk (not_data) allocates in proportion to its size: ~40 bytes per byte at most
+-- as measured (`{{{}}},` over and over), ~20 MiB at this cap, once.
 local SNAPSHOT_MAX_BYTES = 524288
 local SNAPSHOT_HEAD_BYTES = 128  -- the generation line ends within it
 local POOL_FIELDS = { "total", "free", "free_max_node", "pending" }
@@ -791,11 +792,12 @@ end
 -- normalized units) first; then the others by shortest backlog (pending + requested - free
 -- devices, per device of the pool). Free is what the snapshot saw less what this slurmctld
 -- placed since. Where the snapshot keeps the pool's fit, one node must also have the job's
--- CPUs and memory free (a device free beside busy cores starts nothing). With a stale one (the daemon stopped, or cannot write): no pool is taken to
--- start it now, the rest as above; what was placed since keeps adding to each pool's
--- backlog, so an outage's jobs spread over the pools by their size instead of all queueing
--- behind the smallest model (the fault soak: nine pods waited a whole day in a one-node
--- pool). Without one (none yet, unreadable, from the future): the static order.
+-- CPUs and memory free (a device free beside busy cores starts nothing). With a stale one
+-- (the daemon stopped, or cannot write): no pool is taken to start it now, the rest as
+-- above; what was placed since keeps adding to each pool's backlog, so an outage's jobs
+-- spread over the pools by their size instead of all queueing behind the smallest model
+-- (the fault soak: nine pods waited a whole day in a one-node pool). Without one (none yet,
+-- unreadable, from the future): the static order.
 local function choose(cands, data, stale, cpus, mem)
     local d = data or stale
     for _, c in ipairs(cands) do
