@@ -2,7 +2,8 @@
 its nodes list: fixed GPU models (plain) vs the bridge's start-soonest `--accel=nvidia:N`
 (bridge-nomodel), the bridge with pending-job migration (bridge-migrate) or with floating
 placement (bridge-float: a pod may start in any equal pool, `placement.float`), or with
-"starts now" needing a node's CPUs free too (bridge-fit, `placement.node_fit`). With work
+"starts now" needing a node's CPUs free too (bridge-fit, `placement.node_fit`, the default
+since 2026-12-07) or not (bridge-nofit: free devices alone, bridge-nomodel before). With work
 bodies (`--arms bridge-work,bridge-migrate-running[,bridge-migrate-work]`: a pod runs as fast
 as the units it holds, checkpoints on SIGTERM and resumes, `replay/submit.WorkSpec`): without
 migration, with running checkpointed jobs moved too, and with pending moves only; their mean
@@ -119,6 +120,7 @@ def all_accel(r: ArmResult) -> tuple[float | None, int, int]:
 PAIRS = (("bridge/plain", "bridge-nomodel", "plain"), ("migrate/bridge", "bridge-migrate", "bridge-nomodel"),
          ("float/bridge", "bridge-float", "bridge-nomodel"), ("float/plain", "bridge-float", "plain"),
          ("fit/bridge", "bridge-fit", "bridge-nomodel"), ("fit/plain", "bridge-fit", "plain"),
+         ("fit/nofit", "bridge-fit", "bridge-nofit"), ("nofit/plain", "bridge-nofit", "plain"),
          # work bodies (a job on a faster pool ends sooner): moving running jobs too, and pending only
          ("running/work", "bridge-migrate-running", "bridge-work"),
          ("pending-work/work", "bridge-migrate-work", "bridge-work"))

@@ -48,7 +48,8 @@ PAIRS = (("bridge", "plain"), ("easy++", "plain"), ("bridge", "easy++"), ("bridg
          # and with floating placement (a pod may start in any equal pool of its request)
          ("bridge-float", "plain"), ("bridge-float", "bridge-nomodel"),
          # and with "starts now" counting each node's free CPUs and memory (placement.node_fit)
-         ("bridge-fit", "plain"), ("bridge-fit", "bridge-nomodel"))
+         ("bridge-fit", "plain"), ("bridge-fit", "bridge-nomodel"), ("bridge-nofit", "plain"),
+         ("bridge-fit", "bridge-nofit"))
 # AVEbsld over every measured job, over those started in every arm (paired), mean wait, the
 # mean wait of the measured jobs that asked for accelerators, and of every accelerator job,
 # those carried over into the window too (a placement that starts the carried-over backlog

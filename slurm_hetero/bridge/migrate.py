@@ -43,7 +43,7 @@ import re
 from dataclasses import dataclass, replace
 from typing import Any
 
-from slurm_hetero.bridge.snapshot import PoolCapacity
+from slurm_hetero.bridge.snapshot import PoolCapacity, room_for
 from slurm_hetero.site.model import MigrationSettings, Site
 from slurm_hetero.site.pools import Pool, pools
 from slurm_hetero.slurm.comment import parse_comment, replace_comment
@@ -148,7 +148,7 @@ class Planner:
             move = self.move_for(job, left, now)
             if move is not None:
                 moves.append(move)
-                take(left[move.to_pool], move.n)
+                take(left[move.to_pool], move.n, job.cpus_node, job.mem_node_mib)
         return moves
 
     def plan_running(self, jobs: list[QueuedJob], caps: dict[str, PoolCapacity], now: float
@@ -165,7 +165,7 @@ class Planner:
             r = self.requeue_for(job, left, now)
             if r is not None:
                 out.append(r[0])
-                take(left[r[0].to_pool], r[1])
+                take(left[r[0].to_pool], r[1], job.cpus_node, job.mem_node_mib)
         return out
 
     # ---- one job ---------------------------------------------------------------------
@@ -193,7 +193,7 @@ class Planner:
             pool, cap = self.pools.get(key), caps.get(key)
             if pool is None or cap is None or key == here.key:
                 continue
-            if not (cap.free_max_node >= n and cap.free - cap.pending >= n):
+            if not (room_for(cap, n, job.cpus_node, job.mem_node_mib) and cap.free - cap.pending >= n):
                 continue
             model = self.site.catalog[pool.model]
             if model.gres_name != here_model.gres_name and (not self.policy.across_gres or "energy" in d):
@@ -245,7 +245,7 @@ class Planner:
         if since is None or now - float(since) < self.policy.pending_after_s:
             return None
         cur = caps.get(here.key)
-        if cur is not None and cur.free_max_node >= n_here:
+        if cur is not None and room_for(cur, n_here, job.cpus_node, job.mem_node_mib):
             return None  # its own pool has a node with room: Slurm will start it there
         ts = self._targets(job, d, here, cands, caps)
         if not ts:
@@ -294,10 +294,13 @@ class Planner:
         return None
 
 
-def take(cap: PoolCapacity, n: int) -> None:
-    """A move's devices are no longer free for the rest of the round."""
+def take(cap: PoolCapacity, n: int, cpus: int = 0, mem_mib: int = 0) -> None:
+    """A move's devices (and CPUs and memory) are no longer free for the rest of the round:
+    taken, to be safe, from the node every fit entry names."""
     cap.free -= n
     cap.free_max_node = max(0, cap.free_max_node - n)
+    if cap.fit is not None:  # a new list: plan() works on shallow copies of the snapshot's
+        cap.fit = [(max(0, c - cpus), max(0, m - mem_mib)) for c, m in cap.fit[:cap.free_max_node]]
 
 
 def human_s(seconds: float) -> str:

@@ -46,6 +46,21 @@ class PoolCapacity:
 FIT_MAX = 16
 
 
+def room_for(cap: PoolCapacity, n: int, cpus: int = 0, mem_mib: int = 0) -> bool:
+    """Has one node of the pool `n` devices free, and (where the pool keeps its fit) the CPUs
+    and memory too?
+
+    >>> cap = PoolCapacity(total=8, free=3, free_max_node=2, fit=[(16, 4096), (4, 4096)])
+    >>> room_for(cap, 2, 4), room_for(cap, 2, 8), room_for(cap, 1, 8), room_for(cap, 3)
+    (True, False, True, False)
+    """
+    if cap.free_max_node < n:
+        return False
+    if cap.fit is None:
+        return True
+    return n <= len(cap.fit) and cap.fit[n - 1][0] >= cpus and cap.fit[n - 1][1] >= mem_mib
+
+
 def node_room(fields: list[str]) -> tuple[int, int] | None:
     """(CPUs idle, memory MiB unallocated) from a capacity line's last three fields, or None.
 

@@ -77,9 +77,10 @@ def replay_group(factory: Callable[[Path], Any]) -> click.Group:
                   help="Clock speed: trace seconds per real second.")
     @click.option("--arms", default="plain,bridge", show_default=True,
                   help="Comma-separated: plain, bridge, bridge-nomodel, bridge-migrate (bridge-nomodel "
-                       "with migration.pending on), bridge-float (with placement.float on), bridge-fit "
-                       "(with placement.node_fit on); with work bodies (an accelerator job runs as fast as "
-                       "the units it holds, checkpoints and resumes): bridge-work, bridge-migrate-work, "
+                       "with migration.pending on), bridge-float (with placement.float on), bridge-fit, "
+                       "bridge-nofit (placement.node_fit on, off); with work bodies (an accelerator job "
+                       "runs as fast as the units it holds, checkpoints and resumes): bridge-work, "
+                       "bridge-migrate-work, "
                        "bridge-migrate-running (migration.running on too) (the first is the baseline).")
     @click.option("--model", default="auto", show_default=True,
                   help="For the bridge arm: auto (train on the trace's jobs that ended before the "

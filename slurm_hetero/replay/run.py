@@ -72,7 +72,9 @@ class Arm:
     work: bool = False
     migrate_running: bool = False  # migration.running on too: checkpointed jobs move while running
     float_pools: bool = False  # the site's placement.float on: a job may start in any equal pool
-    node_fit: bool = False  # the site's placement.node_fit on: "starts now" counts CPUs too
+    # placement.node_fit ("starts now" counts a node's free CPUs and memory too): on, off, or
+    # None: as the site says (on unless it says off)
+    node_fit: bool | None = None
     # The model's limits in backfill (partitions with predicted_limits) as the site says; off:
     # the model only orders the queue (SiteFactor), every job keeps its user's limit.
     predicted_limits: bool = True
@@ -99,8 +101,10 @@ ARMS = {
     "bridge-order90": Arm("bridge-order90", bridge=True, model=True, predictor="model-order90"),
     # bridge-nomodel with floating placement (placement.float): compare it with bridge-nomodel
     "bridge-float": Arm("bridge-float", bridge=True, model=False, float_pools=True),
-    # bridge-nomodel with placement.node_fit: compare it with bridge-nomodel
+    # bridge-nomodel with placement.node_fit on, and off (free devices alone, as before fit;
+    # bridge-nomodel's results before 2026-12-07 are that)
     "bridge-fit": Arm("bridge-fit", bridge=True, model=False, node_fit=True),
+    "bridge-nofit": Arm("bridge-nofit", bridge=True, model=False, node_fit=False),
     # bridge-nomodel with pending-job migration: compare it with bridge-nomodel
     "bridge-migrate": Arm("bridge-migrate", bridge=True, model=False, migrate=True),
     # With work bodies (a job on a faster pool ends sooner; a requeued one resumes): without
@@ -252,15 +256,15 @@ def migrating_site(site: Site, where: Path, running: bool = False) -> Site:
     return rewritten_site(site, where, f"migration {', '.join(on)} on", change)
 
 
-def placement_site(site: Site, where: Path, setting: str) -> Site:
-    """The site with `placement.SETTING` (float, node_fit) on."""
-    if getattr(site.placement, setting):
+def placement_site(site: Site, where: Path, setting: str, on: bool = True) -> Site:
+    """The site with `placement.SETTING` (float, node_fit) on, or off."""
+    if getattr(site.placement, setting) == on:
         return site
 
     def change(data: dict[str, Any]) -> None:
-        data["placement"] = {**(data.get("placement") or {}), setting: True}
+        data["placement"] = {**(data.get("placement") or {}), setting: on}
 
-    return rewritten_site(site, where, f"placement.{setting} on", change)
+    return rewritten_site(site, where, f"placement.{setting} {'on' if on else 'off'}", change)
 
 
 def unlimited_site(site: Site, where: Path) -> Site:
@@ -363,8 +367,10 @@ def run_arm(factory: ClusterFactory, workdir: Path, site: Site, sel: Selection, 
             say(f"created {len(made)} local users for the trace's users ({made[0]}, ...)")
     if arm.migrate:
         site = migrating_site(site, workdir.with_name(f"{workdir.name}.site.yaml"), arm.migrate_running)
-    for setting in ("float",) * arm.float_pools + ("node_fit",) * arm.node_fit:
-        site = placement_site(site, workdir.with_name(f"{workdir.name}.site.yaml"), setting)
+    if arm.float_pools:
+        site = placement_site(site, workdir.with_name(f"{workdir.name}.site.yaml"), "float")
+    if arm.node_fit is not None:
+        site = placement_site(site, workdir.with_name(f"{workdir.name}.site.yaml"), "node_fit", arm.node_fit)
     # Without a model no limit is shortened: no OverTimeLimit either, so Slurm times jobs
     # out itself, as in the arms' earlier results.
     if not arm.predicted_limits or not arm.model:

@@ -44,4 +44,4 @@ def load_migration(data: dict[str, Any], err: Err) -> MigrationSettings:
 
 def load_placement(data: dict[str, Any]) -> PlacementSettings:
     p = data.get("placement") or {}  # the schema checked its types
-    return PlacementSettings(float=bool(p.get("float", False)), node_fit=bool(p.get("node_fit", False)))
+    return PlacementSettings(float=bool(p.get("float", False)), node_fit=bool(p.get("node_fit", True)))

@@ -243,8 +243,9 @@ class PlacementSettings:
 
     float: bool = False
     # The snapshot also carries, per pool, the most CPUs and memory free on a node with N
-    # devices free: "starts now" then needs one node to hold the job's CPUs and memory too.
-    node_fit: bool = False
+    # devices free: "starts now" needs one node to hold the job's CPUs and memory too. Off:
+    # free devices alone (a device free beside busy cores looked like room).
+    node_fit: bool = True
 
 
 @dataclass(frozen=True)

@@ -43,6 +43,10 @@ class QueuedJob:
     # A running job's end by its current limit, as slurmctld keeps it (time suspended and
     # node boot time added): where Slurm's own time-limit check starts from.
     end_time: float | None = None
+    # What one node must hold, as slurmctld has it (0: unknown): CPUs (the per-node minimum,
+    # or a one-node job's whole count) and memory in MiB (per node, or per CPU x those CPUs).
+    cpus_node: int = 0
+    mem_node_mib: int = 0
 
 
 def json_number(v: Any) -> float | None:
@@ -71,6 +75,28 @@ def _state(v: Any) -> str:
     return _text(v).upper()
 
 
+def _count(v: Any) -> int:
+    """A count of Slurm's JSON output; 0 when unset, infinite or NO_VAL (22.05 spells those
+    as numbers from 0xFFFFFFFE up)."""
+    n = json_number(v)
+    return int(n) if n is not None and 0 < n < 0xFFFFFFFE else 0
+
+
+def node_need(j: dict[str, Any]) -> tuple[int, int]:
+    """(CPUs, memory MiB) one node of the job must hold, from a `squeue --json` job.
+
+    >>> node_need({"cpus": 12, "node_count": 1, "minimum_cpus_per_node": 1, "memory_per_cpu": 1024})
+    (12, 12288)
+    >>> node_need({"cpus": {"number": 8}, "node_count": 2, "minimum_cpus_per_node": 4,
+    ...            "memory_per_node": {"set": True, "number": 0}})
+    (4, 0)
+    """
+    per_node, nodes = _count(j.get("minimum_cpus_per_node")), _count(j.get("node_count")) or 1
+    cpus = max(per_node, _count(j.get("cpus"))) if nodes == 1 else per_node
+    mem = _count(j.get("memory_per_node")) or _count(j.get("memory_per_cpu")) * cpus
+    return cpus, mem
+
+
 def parse_job(j: Any) -> QueuedJob:
     """One job object → QueuedJob; ValueError when it lacks an id."""
     if not isinstance(j, dict):
@@ -86,6 +112,7 @@ def parse_job(j: Any) -> QueuedJob:
     end = json_number(j.get("end_time"))
     submit = json_number(j.get("submit_time"))
     gres = j.get("gres_detail")
+    cpus, mem = node_need(j)
     return QueuedJob(
         job_id=int(jid), state=_state(j.get("job_state")), user=_text(j.get("user_name")),
         name=_text(j.get("name")), partition=_text(j.get("partition")),
@@ -95,7 +122,8 @@ def parse_job(j: Any) -> QueuedJob:
         gres_detail=tuple(g for g in gres if isinstance(g, str)) if isinstance(gres, list) else (),
         nodes=_text(j.get("nodes")), tres_per_node=_text(j.get("tres_per_node")),
         features=_text(j.get("features")), node_count=int(json_number(j.get("node_count")) or 1),
-        reason=_text(j.get("state_reason")), end_time=end if end else None)
+        reason=_text(j.get("state_reason")), end_time=end if end else None,
+        cpus_node=cpus, mem_node_mib=mem)
 
 
 def parse_squeue_json(text: str) -> tuple[list[QueuedJob], list[str]]:

@@ -1,4 +1,5 @@
-"""placement.node_fit: "starts now" needs one node with the job's devices, CPUs and memory free.
+"""placement.node_fit (the default): "starts now" needs one node with the job's devices, CPUs
+and memory free.
 
 Without it the snapshot counts free devices per node only, and a 12-CPU pod was sent as
 `starts-now` to a node with a device and 10 CPUs free, where it waited all window (the
@@ -49,9 +50,10 @@ def test_the_snapshot_keeps_each_pools_fit_from_captured_sinfo(fit_site: Site) -
     assert '["gh200@aarch64"] = { total = 1, free = 1, free_max_node = 1, pending = 0, fit = { { 72, 491520 } } },' in text
 
 
-def test_off_by_default_and_the_snapshot_unchanged() -> None:
-    site = site_with("")
-    assert not site.placement.node_fit
+def test_on_by_default_and_off_leaves_the_snapshot_as_before() -> None:
+    assert site_with("").placement.node_fit
+    assert build_snapshot(site_with(""), CAPTURED, [])["a100-80gb@x86_64"].fit == [(64, 524288)] * 4
+    site = site_with("\nplacement: {node_fit: false}\n")
     caps = build_snapshot(site, CAPTURED, [])
     assert all(c.fit is None for c in caps.values())
     assert "fit" not in to_lua(caps, 7.0)
@@ -158,3 +160,15 @@ def test_without_fit_free_devices_alone_decide(js: JobSubmit, fit_site: Site) ->
     got = decide(js, snapshot(fit_site, js.now, rows), "nvidia:1", min_cpus=12)
     assert (got["pool"], got["why"]) == ("a100-80gb@x86_64", "starts-now")
 
+
+
+def test_the_replay_arms_turn_it_on_and_off(tmp_path: Path) -> None:
+    from slurm_hetero.replay.run import ARMS, placement_site
+    from slurm_hetero.site import load_site
+
+    demo = load_site(DEMO)
+    off = placement_site(demo, tmp_path / "off.yaml", "node_fit", ARMS["bridge-nofit"].node_fit is True)
+    assert not off.placement.node_fit and off.path == tmp_path / "off.yaml"
+    assert placement_site(off, tmp_path / "on.yaml", "node_fit", True).placement.node_fit
+    assert placement_site(demo, tmp_path / "same.yaml", "node_fit").path == demo.path  # already on
+    assert ARMS["bridge-nomodel"].node_fit is None and ARMS["bridge-fit"].node_fit is True

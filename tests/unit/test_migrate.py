@@ -140,6 +140,31 @@ def test_two_jobs_never_get_the_same_free_devices(site: Site) -> None:
     assert caps["a100-80gb@x86_64"].free == 3  # the caller's capacity is not changed
 
 
+def test_with_node_fit_cpus_and_memory_count_too(site: Site) -> None:
+    """Where the snapshot keeps a pool's fit (placement.node_fit), a move needs one node with
+    the job's CPUs and memory free beside its devices, and a job whose own pool has such a
+    node stays."""
+    cpu12 = replace(job(NVIDIA2), cpus_node=12, mem_node_mib=12 * 1024)
+    caps = idle(site, v100=0)
+    caps["a100-80gb@x86_64"] = replace(caps["a100-80gb@x86_64"], fit=[(10, 10**6)] * 4)  # 10 CPUs
+    caps["h100@x86_64"] = replace(caps["h100@x86_64"], fit=[(64, 8192)] * 8)  # 8 GiB
+    assert Planner(site, ON).plan([cpu12], caps, NOW) == []
+    caps["h100@x86_64"] = replace(caps["h100@x86_64"], fit=[(64, 10**6)] * 8)
+    (m,) = Planner(site, ON).plan([cpu12], caps, NOW)
+    assert m.to_pool == "h100@x86_64"
+    # its own pool has two V100s free on one node but not its CPUs: it still moves
+    caps["v100@x86_64"] = replace(caps["v100@x86_64"], free=2, free_max_node=2, fit=[(4, 10**6)] * 2)
+    assert [m.to_pool for m in Planner(site, ON).plan([cpu12], caps, NOW)] == ["h100@x86_64"]
+    caps["v100@x86_64"] = replace(caps["v100@x86_64"], fit=[(16, 10**6)] * 2)  # now it has them
+    assert Planner(site, ON).plan([cpu12], caps, NOW) == []
+    # two 12-CPU jobs, one H100 node with room for one of them: the second is not sent there
+    caps = idle(site, v100=0, a100_80gb=0)
+    caps["h100@x86_64"] = replace(caps["h100@x86_64"], fit=[(20, 10**6)] * 8)
+    old, new = replace(cpu12, job_id=8, submit_time=NOW - 900), replace(cpu12, job_id=9)
+    assert [m.job_id for m in Planner(site, ON).plan([new, old], caps, NOW)] == [8]
+    assert caps["h100@x86_64"].fit == [(20, 10**6)] * 8  # the caller's capacity is not changed
+
+
 ANY1 = {"hetero": 1, "accel": "nvidia:1", "pool": "v100@x86_64", "model": "v100", "n": 1,
         "cands": "v100@x86_64:1,a100-80gb@x86_64:1,gh200@aarch64:1,h100@x86_64:1", "movable": True}
 

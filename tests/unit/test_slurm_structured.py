@@ -130,6 +130,10 @@ def test_squeue_json_keeps_user_text_in_its_fields() -> None:
     assert by_id[8].name.startswith("n\n") and by_id[8].time_limit_min == 5
     assert by_id[8].state == "PENDING"
     assert by_id[1].gres_detail == () and by_id[6].tres_per_node == "gres:gpu:h100:1"
+    # what one node must hold: a one-node job's whole CPU count, the per-node minimum of a
+    # two-node one; memory per CPU (the cluster's DefMemPerCPU) x those CPUs
+    assert (by_id[6].cpus_node, by_id[6].mem_node_mib) == (2, 2048)
+    assert (by_id[3].node_count, by_id[3].cpus_node, by_id[3].mem_node_mib) == (2, 1, 1024)
 
 
 def test_squeue_json_skips_a_bad_entry_and_reads_newer_shapes() -> None:
@@ -180,6 +184,7 @@ def test_24_11_squeue_json() -> None:
     assert by_id[2].time_limit_min == 10 and by_id[2].tres_per_node == "gres/gpu:h100:2"
     assert by_id[3].state == "PENDING" and by_id[3].time_limit_min == 5 and by_id[3].start_time is None
     assert by_id[3].name.startswith("p\n") and by_id[2].gres_detail == ("gpu:h100:2(IDX:0-1)",)
+    assert (by_id[2].cpus_node, by_id[2].mem_node_mib) == (1, 0)  # memory_per_node 0: not said
 
 
 def test_optional_keys_are_read_when_present() -> None:
