@@ -119,6 +119,7 @@ def all_accel(r: ArmResult) -> tuple[float | None, int, int]:
 
 PAIRS = (("bridge/plain", "bridge-nomodel", "plain"), ("migrate/bridge", "bridge-migrate", "bridge-nomodel"),
          ("float/bridge", "bridge-float", "bridge-nomodel"), ("float/plain", "bridge-float", "plain"),
+         # bridge-nomodel had no node fit before 2026-12-07 (the two fit runs' fit/bridge)
          ("fit/bridge", "bridge-fit", "bridge-nomodel"), ("fit/plain", "bridge-fit", "plain"),
          ("fit/nofit", "bridge-fit", "bridge-nofit"), ("nofit/plain", "bridge-nofit", "plain"),
          # work bodies (a job on a faster pool ends sooner): moving running jobs too, and pending only

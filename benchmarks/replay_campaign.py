@@ -47,7 +47,9 @@ PAIRS = (("bridge", "plain"), ("easy++", "plain"), ("bridge", "easy++"), ("bridg
          ("bridge-nomodel", "plain"), ("bridge-migrate", "plain"),
          # and with floating placement (a pod may start in any equal pool of its request)
          ("bridge-float", "plain"), ("bridge-float", "bridge-nomodel"),
-         # and with "starts now" counting each node's free CPUs and memory (placement.node_fit)
+         # and with "starts now" counting each node's free CPUs and memory (placement.node_fit;
+         # bridge-nomodel is without it in the runs before it was the default, 2026-12-07, and
+         # the same as bridge-fit after: compare bridge-fit with bridge-nofit then)
          ("bridge-fit", "plain"), ("bridge-fit", "bridge-nomodel"), ("bridge-nofit", "plain"),
          ("bridge-fit", "bridge-nofit"))
 # AVEbsld over every measured job, over those started in every arm (paired), mean wait, the

@@ -252,9 +252,12 @@ class Planner:
             return None
         t = ts[0]
         free_here = cur.free_max_node if cur else 0
+        # with node_fit, devices free beside busy cores (or taken memory) are no room either
+        short = f"{free_here} of {n_here} free on one node" if free_here < n_here else \
+            f"{n_here} free on one node, but not with {job.cpus_node} CPUs and {job.mem_node_mib} MiB"
         return self._move(job, d, here, t, now,
-                          f"moved: {here.key} cannot start it now ({free_here} of {n_here} free on one "
-                          f"node), {t.pool.key} can ({caps[t.pool.key].free_max_node} free)", release=False)
+                          f"moved: {here.key} cannot start it now ({short}), {t.pool.key} can "
+                          f"({caps[t.pool.key].free_max_node} free)", release=False)
 
     def requeue_for(self, job: QueuedJob, caps: dict[str, PoolCapacity], now: float
                     ) -> tuple[Requeue, int] | None:
@@ -295,12 +298,14 @@ class Planner:
 
 
 def take(cap: PoolCapacity, n: int, cpus: int = 0, mem_mib: int = 0) -> None:
-    """A move's devices (and CPUs and memory) are no longer free for the rest of the round:
-    taken, to be safe, from the node every fit entry names."""
+    """A move's devices (and CPUs and memory) are no longer free for the rest of the round.
+    Where the pool keeps its fit, what is left is a lower bound whichever node the job lands
+    on: the node of old entry k + n still has k devices free, and at least its CPUs and
+    memory less the job's."""
     cap.free -= n
     cap.free_max_node = max(0, cap.free_max_node - n)
     if cap.fit is not None:  # a new list: plan() works on shallow copies of the snapshot's
-        cap.fit = [(max(0, c - cpus), max(0, m - mem_mib)) for c, m in cap.fit[:cap.free_max_node]]
+        cap.fit = [(max(0, c - cpus), max(0, m - mem_mib)) for c, m in cap.fit[n:]]
 
 
 def human_s(seconds: float) -> str:

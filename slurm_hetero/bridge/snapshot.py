@@ -71,7 +71,7 @@ def node_room(fields: list[str]) -> tuple[int, int] | None:
         return None
     cpus, mem, alloc = (f.strip() for f in fields[:3])
     parts = cpus.split("/")
-    if len(parts) != 4 or not all(x.isdigit() for x in (*parts, mem, alloc)):
+    if len(parts) != 4 or not all(x.isascii() and x.isdigit() for x in (*parts, mem, alloc)):
         return None
     return int(parts[1]), max(0, int(mem) - int(alloc))
 

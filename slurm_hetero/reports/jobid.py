@@ -12,7 +12,8 @@ JOB_ID_FORMS = "the number sbatch printed, e.g. 1234"
 _JOB_ID = re.compile(r"[1-9]\d{0,11}")
 # The bridge's "why" in its decision record (bridge.lua), in words.
 BRIDGE_WHY = {
-    "starts-now": "a pool could start it at once (free devices on one node, no queue); the cheapest "
+    "starts-now": "a pool could start it at once (one node with its devices, CPUs and memory free, "
+    "no queue); the cheapest "
     "in normalized units of those",
     "least-backlog": "no pool could start it at once: the pool with the shortest backlog",
     "stale-backlog": "the capacity snapshot was stale (the bridge daemon was not writing it): the pool "

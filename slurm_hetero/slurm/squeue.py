@@ -90,8 +90,15 @@ def node_need(j: dict[str, Any]) -> tuple[int, int]:
     >>> node_need({"cpus": {"number": 8}, "node_count": 2, "minimum_cpus_per_node": 4,
     ...            "memory_per_node": {"set": True, "number": 0}})
     (4, 0)
+    >>> node_need({"cpus": 4294967294, "node_count": 1, "minimum_cpus_per_node": 65534})
+    (0, 0)
+
+    Memory 0 (`--mem=0`, the whole node, or not said) counts as no need: such a job passes
+    the memory test as the bridge's Lua reads it too.
     """
     per_node, nodes = _count(j.get("minimum_cpus_per_node")), _count(j.get("node_count")) or 1
+    if per_node >= 0xFFFE:  # a 16-bit field: NO_VAL16 / INFINITE16 say "not set"
+        per_node = 0
     cpus = max(per_node, _count(j.get("cpus"))) if nodes == 1 else per_node
     mem = _count(j.get("memory_per_node")) or _count(j.get("memory_per_cpu")) * cpus
     return cpus, mem

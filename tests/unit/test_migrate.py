@@ -165,6 +165,26 @@ def test_with_node_fit_cpus_and_memory_count_too(site: Site) -> None:
     assert caps["h100@x86_64"].fit == [(20, 10**6)] * 8  # the caller's capacity is not changed
 
 
+def test_a_move_leaves_a_lower_bound_whichever_node_it_takes(site: Site) -> None:
+    """H100 node A: 2 free, 64 CPUs; node B: 4 free, 4 CPUs. A one-GPU 12-CPU job can only go
+    to A; after it, no node has two GPUs and 12 CPUs free, so a second job asking that stays."""
+    caps = idle(site, v100=0, a100_80gb=0, gh200=0)
+    caps["h100@x86_64"] = replace(caps["h100@x86_64"], free=6, free_max_node=4,
+                                  fit=[(64, 10**6), (64, 10**6), (4, 10**6), (4, 10**6)])
+    one = replace(job(ANY1, jid=8, tres="gres:gpu:1", submitted=NOW - 900), cpus_node=12)
+    two = replace(job(NVIDIA2, jid=9), cpus_node=12)
+    assert [(m.job_id, m.to_pool) for m in Planner(site, ON).plan([two, one], caps, NOW)] == [
+        (8, "h100@x86_64")]
+
+
+def test_a_move_says_when_cpus_not_devices_were_missing(site: Site) -> None:
+    caps = idle(site)
+    caps["v100@x86_64"] = replace(caps["v100@x86_64"], fit=[(4, 10**6)] * 4)
+    (m,) = Planner(site, ON).plan([replace(job(NVIDIA2), cpus_node=12, mem_node_mib=2048)], caps, NOW)
+    assert m.why.startswith("moved: v100@x86_64 cannot start it now (2 free on one node, but not "
+                            "with 12 CPUs and 2048 MiB), a100-80gb@x86_64 can"), m.why
+
+
 ANY1 = {"hetero": 1, "accel": "nvidia:1", "pool": "v100@x86_64", "model": "v100", "n": 1,
         "cands": "v100@x86_64:1,a100-80gb@x86_64:1,gh200@aarch64:1,h100@x86_64:1", "movable": True}
 

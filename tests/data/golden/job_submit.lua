@@ -581,7 +581,7 @@ local function check_snapshot(data)
                 end
                 clean[k] = { e[1], e[2] }
             end
-            if why == nil and fit[n + 1] ~= nil then why = "fit has more entries than devices free" end
+            if why == nil and fit[n + 1] ~= nil then why = "fit has more entries than " .. n end
             fit = clean
         end
         if why then
