@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from slurm_hetero.devcluster.replay import DevReplayCluster
-from slurm_hetero.replay.clockmap import PAUSE_S
+from slurm_hetero.replay.clockmap import pause_words
 from slurm_hetero.replay.metrics import (
     ALL,
     Pools,
@@ -77,10 +77,8 @@ def fmt(v: float | None, spec: str = "7.0f") -> str:
 
 def paused_note(r: ArmResult) -> str:
     """What a pause of this machine during the arm did to it (clockmap.wall_offset), or ""."""
-    paused = r.seconds.get("paused", 0.0)
-    if paused <= PAUSE_S:
-        return ""
-    return f"; MACHINE PAUSED {paused:.1f} s (+{paused * r.speed:.0f} trace s to jobs running or waiting)"
+    words = pause_words(r.seconds.get("paused", 0.0), r.speed)
+    return f"; {words.upper()}" if words else ""
 
 
 def show(name: str, r: ArmResult) -> None:

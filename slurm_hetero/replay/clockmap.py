@@ -55,6 +55,20 @@ def wall_offset() -> float:
     return time.time() - time.monotonic()
 
 
+def pause_words(paused: float, speed: float) -> str:
+    """What a pause of `paused` real s did to an arm replayed at `speed`, or "" (none).
+
+    >>> pause_words(14.0, 20.0).split(": ")[1]
+    'jobs then running or waiting gained ~280 trace s; rerun this window'
+    >>> pause_words(0.4, 20.0)
+    ''
+    """
+    if paused <= PAUSE_S:
+        return ""
+    return (f"this machine was paused {paused:.1f} s during the replay: jobs then running or waiting "
+            f"gained ~{paused * speed:.0f} trace s; rerun this window")
+
+
 def parse_date(text: str) -> float:
     """`date +%s.%N` output.
 

@@ -11,7 +11,7 @@ from rich.table import Table
 
 from slurm_hetero.errors import InputError
 from slurm_hetero.fileio import write_atomic
-from slurm_hetero.replay.clockmap import PAUSE_S
+from slurm_hetero.replay.clockmap import pause_words
 from slurm_hetero.replay.fidelity import Fidelity, compare
 from slurm_hetero.replay.metrics import ALL, PoolFigures
 from slurm_hetero.replay.run import ArmResult
@@ -96,10 +96,9 @@ def print_report(console: Console, results: list[ArmResult], sel: dict[str, Any]
     console.print(arms_table(results))
     console.print(cost_table(results))
     for r in results:
-        paused = r.seconds.get("paused", 0.0)
-        if paused > PAUSE_S:
-            console.print(f"[{r.arm}] this machine was paused {paused:.1f} s during the replay: jobs then "
-                          f"running or waiting gained ~{paused * r.speed:.0f} trace s; rerun this window")
+        words = pause_words(r.seconds.get("paused", 0.0), r.speed)
+        if words:
+            console.print(f"{r.arm}: {words}")
     if fid is not None:
         se = fid.start_error
         console.print(f"fidelity x1 vs x{fid.speed:g} on {fid.jobs} jobs: start error p50/p90/max "

@@ -35,7 +35,7 @@ from slurm_hetero.errors import InputError, RuntimeFailure
 from slurm_hetero.fileio import write_atomic, write_json_atomic
 from slurm_hetero.replay import sacct
 from slurm_hetero.replay.backend import ClusterFactory
-from slurm_hetero.replay.clockmap import PAUSE_S, ClockMap, calibrate, wall_offset
+from slurm_hetero.replay.clockmap import ClockMap, calibrate, pause_words, wall_offset
 from slurm_hetero.replay.fidelity import Fidelity, measure
 from slurm_hetero.replay.metrics import (
     Outcome,
@@ -412,10 +412,8 @@ def run_arm(factory: ClusterFactory, workdir: Path, site: Site, sel: Selection, 
             if stop is not None:
                 stop()
         paused = max(0.0, wall_offset() - wall0)
-        if say and paused > PAUSE_S:
-            say(f"[{arm.name}] this machine was paused {paused:.1f} s during the replay (its wall clock "
-                f"stepped past its monotonic one): every job then running or waiting gained "
-                f"~{paused * speed:.0f} trace s; rerun this window")
+        if say and pause_words(paused, speed):
+            say(f"[{arm.name}] {pause_words(paused, speed)}")
         since, until = t0 + first - 3600, end_now + 3600
         text = (sacct.fetch_settled(runner, since, until) if all_ended
                 else sacct.fetch_text(runner, since, until))
