@@ -152,6 +152,22 @@ def test_memory_counts_too(js: JobSubmit, fit_site: Site) -> None:
     assert (got["pool"], got["why"]) == ("h100@x86_64", "starts-now")
 
 
+def test_a_burst_within_one_snapshot_takes_the_cpus_it_was_given(js: JobSubmit, fit_site: Site) -> None:
+    """Two 12-CPU jobs before the next snapshot: the first takes the A100 node's 16 free CPUs
+    down to 4 in the bridge's count, so the second goes to the H100s."""
+    rows = {"a100-80gb@x86_64": (4, [(16, 10**6)] * 4), "h100@x86_64": (2, [(64, 10**6)] * 2)}
+    text = snapshot(fit_site, js.now, rows)
+    first = decide(js, text, "nvidia:1", min_cpus=12)
+    assert (first["pool"], first["why"]) == ("a100-80gb@x86_64", "starts-now")
+    rc, desc = js.submit({"accel": "nvidia:1"}, max_nodes=1, min_nodes=1, min_cpus=12)  # same generation
+    second = json.loads(desc["admin_comment"])
+    assert rc == 0 and (second["pool"], second["why"]) == ("h100@x86_64", "starts-now")
+    rc, desc = js.submit({"accel": "nvidia:1"}, max_nodes=1, min_nodes=1, min_cpus=4)  # 4 still fit
+    assert json.loads(desc["admin_comment"])["pool"] == "a100-80gb@x86_64"
+    # a new snapshot counts what was placed: the bridge's own count starts again
+    assert decide(js, text, "nvidia:1", min_cpus=12)["pool"] == "a100-80gb@x86_64"
+
+
 def test_without_fit_free_devices_alone_decide(js: JobSubmit, fit_site: Site) -> None:
     """A snapshot from a daemon without node_fit (or a pool whose nodes' room it could not
     read): as before, the device count alone."""

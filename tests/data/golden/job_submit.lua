@@ -628,8 +628,9 @@ end
 
 local snap = { checked = -1, gen = nil, data = nil, problem = nil, state = nil }
 -- Devices this slurmctld handed out per pool since the snapshot was written: a burst of
--- submissions between two snapshots must not all land on the pool that looked free.
-local placed = {}
+-- submissions between two snapshots must not all land on the pool that looked free. With
+-- the pools' fit, their CPUs and memory too, taken from the node the fit names (to be safe).
+local placed, placed_cpus, placed_mem = {}, {}, {}
 
 local function note_snapshot(state, detail)
     if snap.state ~= state then  -- one log line per change, not per job
@@ -666,7 +667,7 @@ local function read_snapshot()
             end
         else
             snap.data, snap.problem = data, nil
-            placed = {}  -- the new snapshot counts them (as running or pending)
+            placed, placed_cpus, placed_mem = {}, {}, {}  -- the new snapshot counts them
             if #bad > 0 then
                 slurm.log_error("slurm-hetero: capacity snapshot %s: %d pool(s) left out: %s%s",
                     SNAPSHOT_PATH, #bad, tconcat(bad, ", ", 1, min(#bad, 5)),
@@ -807,8 +808,9 @@ local function choose(cands, data, stale, cpus, mem)
             local now = data ~= nil and (min(s.free_max_node, free) >= c.n and s.pending == 0)
             local fit = now and s.fit
             if fit then
-                local room = fit[c.n]
-                now = room ~= nil and room[1] >= cpus and (mem == nil or room[2] >= mem)
+                local room, key = fit[c.n], c.pool.key
+                now = room ~= nil and room[1] - (placed_cpus[key] or 0) >= cpus
+                    and (mem == nil or room[2] - (placed_mem[key] or 0) >= mem)
             end
             c.now = now
             c.backlog = (s.pending + c.n - free) / max(s.total, 1)
@@ -1037,7 +1039,12 @@ local function decide(job_desc, opts, now, partition, tres)
         local data, age = snapshot(now)
         local stale = data == nil and snap.state == "stale" and snap.data or nil
         local best, why = choose(cands, data, stale, cpus, mem)
-        if data or stale then placed[best.pool.key] = (placed[best.pool.key] or 0) + best.n end
+        if data or stale then
+            local key = best.pool.key
+            placed[key] = (placed[key] or 0) + best.n
+            placed_cpus[key] = (placed_cpus[key] or 0) + cpus
+            placed_mem[key] = (placed_mem[key] or 0) + (mem or 0)
+        end
         local m, texts = MODELS[best.pool.model], pool_text(best)
         set.tres_per_node = texts.tres
         arch = best.pool.arch
