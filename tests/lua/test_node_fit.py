@@ -106,13 +106,16 @@ def js(fit_site: Site, tmp_path: Path) -> JobSubmit:
     return js
 
 
-def snapshot(site: Site, at: int, rows: Mapping[str, tuple[int, list[tuple[int, int]] | None]]) -> str:
-    """Every pool full but `rows`: pool -> (devices free on one node, fit)."""
+def snapshot(site: Site, at: int, rows: Mapping[str, tuple[int, list[tuple[int, int]] | None]],
+             pending: Mapping[str, int] | None = None) -> str:
+    """Every pool full but `rows`: pool -> (devices free on one node, fit); nothing pending
+    there unless `pending` says."""
     caps = {}
     for p in pools(site):
         free, fit = rows.get(p.key, (0, None))
+        waiting = (pending or {}).get(p.key, 0) if p.key in rows else p.devices
         caps[p.key] = PoolCapacity(total=p.devices, free=free, free_max_node=free, fit=fit,
-                                   pending=0 if p.key in rows else p.devices)
+                                   pending=waiting)
     return to_lua(caps, at)
 
 
@@ -166,6 +169,31 @@ def test_a_burst_within_one_snapshot_takes_the_cpus_it_was_given(js: JobSubmit, 
     assert json.loads(desc["admin_comment"])["pool"] == "a100-80gb@x86_64"
     # a new snapshot counts what was placed: the bridge's own count starts again
     assert decide(js, text, "nvidia:1", min_cpus=12)["pool"] == "a100-80gb@x86_64"
+
+
+def test_devices_beside_busy_cores_do_not_shorten_a_backlog(js: JobSubmit, fit_site: Site) -> None:
+    """Nothing starts a 12-CPU job now. The A100s' four free devices sit beside 4 free CPUs,
+    so for it the A100s' backlog is their 2 pending jobs plus its own (3 of 8), longer than
+    the H100s' (2 of 8). Counted as free, those devices made the A100s look shortest; the
+    run-3 Alibaba window 12551400 sent a 12-CPU pod to such a pool, where it blocked the
+    newcomers the pool could have started."""
+    rows = {"a100-80gb@x86_64": (4, [(4, 10**6)] * 4), "h100@x86_64": (0, None)}
+    text = snapshot(fit_site, js.now, rows, {"a100-80gb@x86_64": 2, "h100@x86_64": 1})
+    got = decide(js, text, "nvidia:1", min_cpus=12)
+    assert (got["pool"], got["why"]) == ("h100@x86_64", "least-backlog")
+    # a job the free devices can take starts there now
+    got = decide(js, text, "nvidia:1", min_cpus=4)
+    assert got["pool"] == "a100-80gb@x86_64"
+    # the devices and CPUs placed since count too: a 12-CPU job starts on the H100s' one free
+    # node; a second, in the same snapshot generation, finds no room left anywhere and goes
+    # behind the H100s' (its own: 1 of 8), not the A100s' stranded devices (3 of 8)
+    rows = {"a100-80gb@x86_64": (4, [(4, 10**6)] * 4), "h100@x86_64": (1, [(16, 10**6)])}
+    text = snapshot(fit_site, js.now, rows, {"a100-80gb@x86_64": 2})
+    first = decide(js, text, "nvidia:1", min_cpus=12)
+    assert (first["pool"], first["why"]) == ("h100@x86_64", "starts-now")
+    rc, desc = js.submit({"accel": "nvidia:1"}, max_nodes=1, min_nodes=1, min_cpus=12)
+    second = json.loads(desc["admin_comment"])
+    assert rc == 0 and (second["pool"], second["why"]) == ("h100@x86_64", "least-backlog")
 
 
 def test_without_fit_free_devices_alone_decide(js: JobSubmit, fit_site: Site) -> None:

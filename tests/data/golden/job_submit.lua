@@ -793,7 +793,9 @@ end
 -- normalized units) first; then the others by shortest backlog (pending + requested - free
 -- devices, per device of the pool). Free is what the snapshot saw less what this slurmctld
 -- placed since. Where the snapshot keeps the pool's fit, one node must also have the job's
--- CPUs and memory free (a device free beside busy cores starts nothing). With a stale one
+-- CPUs and memory free (a device free beside busy cores starts nothing), less the CPUs and
+-- memory placed since; where none has, no free device of the pool counts for its backlog
+-- either. With a stale one
 -- (the daemon stopped, or cannot write): no pool is taken to start it now, the rest as
 -- above; what was placed since keeps adding to each pool's backlog, so an outage's jobs
 -- spread over the pools by their size instead of all queueing behind the smallest model
@@ -804,16 +806,17 @@ local function choose(cands, data, stale, cpus, mem)
     for _, c in ipairs(cands) do
         local s = d and d.pools[c.pool.key]
         if s then
-            local free = s.free - (placed[c.pool.key] or 0)
-            local now = data ~= nil and (min(s.free_max_node, free) >= c.n and s.pending == 0)
-            local fit = now and s.fit
-            if fit then
-                local room, key = fit[c.n], c.pool.key
-                now = room ~= nil and room[1] - (placed_cpus[key] or 0) >= cpus
+            local key = c.pool.key
+            local free, fit, room_ok = s.free - (placed[key] or 0), s.fit, true
+            if fit then  -- the roomiest node with c.n devices free: if not there, nowhere
+                local room = fit[c.n]
+                room_ok = room ~= nil and room[1] - (placed_cpus[key] or 0) >= cpus
                     and (mem == nil or room[2] - (placed_mem[key] or 0) >= mem)
             end
-            c.now = now
-            c.backlog = (s.pending + c.n - free) / max(s.total, 1)
+            c.now = data ~= nil and room_ok and min(s.free_max_node, free) >= c.n and s.pending == 0
+            -- Free devices no node can give this job (beside busy cores) shorten no wait for it:
+            -- counted as free, a pool of stranded devices looked like the shortest backlog.
+            c.backlog = (s.pending + c.n - (room_ok and free or 0)) / max(s.total, 1)
         else
             c.now, c.backlog = false, HUGE
         end
