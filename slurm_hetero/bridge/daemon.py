@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from slurm_hetero.bridge.history import OnlineHistory
-from slurm_hetero.bridge.migrate import Move, Planner, Requeue, take
+from slurm_hetero.bridge.migrate import Move, Planner, Requeue, take_moves
 from slurm_hetero.bridge.snapshot import Forecast, PoolCapacity, take_snapshot
 from slurm_hetero.errors import RuntimeFailure
 from slurm_hetero.jobs.sitefactor import FactorPolicy
@@ -396,10 +396,7 @@ class BridgeDaemon:
         self.set_factors(jobs)
         if caps is None:  # moves are planned on a capacity the snapshot was built from
             return
-        moved = self.move_pending(queue, caps)
-        for m in moved:  # the devices those moves take are not free for a requeue
-            if m.to_pool in caps:
-                take(caps[m.to_pool], m.n)
+        take_moves(caps, self.move_pending(queue, caps))
         self.requeue_running(queue, caps)
 
     def queue_gap(self, took: float) -> float:

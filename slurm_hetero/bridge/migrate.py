@@ -70,6 +70,8 @@ class Move:
     comment: str  # the new admin comment
     why: str
     release: bool = False  # a requeued job: also lift the requeue's begin-time hold
+    cpus: int = 0  # its CPUs and memory on the node (QueuedJob.cpus_node, mem_node_mib): what
+    mem_mib: int = 0  # the move takes from the pool's fit besides its devices
 
 
 def parse_cands(text: object) -> list[tuple[str, int]]:
@@ -148,7 +150,7 @@ class Planner:
             move = self.move_for(job, left, now)
             if move is not None:
                 moves.append(move)
-                take(left[move.to_pool], move.n, job.cpus_node, job.mem_node_mib)
+                take(left[move.to_pool], move.n, move.cpus, move.mem_mib)
         return moves
 
     def plan_running(self, jobs: list[QueuedJob], caps: dict[str, PoolCapacity], now: float
@@ -221,7 +223,7 @@ class Planner:
         return Move(job_id=job.job_id, from_pool=here.key, to_pool=t.pool.key, n=t.n,
                     tres_per_node=f"{prefix}{model.gres_name}:{t.n}", partition=t.partition,
                     features=t.features, comment=replace_comment(job.admin_comment, record),
-                    why=why, release=release)
+                    why=why, release=release, cpus=job.cpus_node, mem_mib=job.mem_node_mib)
 
     def move_for(self, job: QueuedJob, caps: dict[str, PoolCapacity], now: float) -> Move | None:
         if job.state != "PENDING":
@@ -306,6 +308,14 @@ def take(cap: PoolCapacity, n: int, cpus: int = 0, mem_mib: int = 0) -> None:
     cap.free_max_node = max(0, cap.free_max_node - n)
     if cap.fit is not None:  # a new list: plan() works on shallow copies of the snapshot's
         cap.fit = [(max(0, c - cpus), max(0, m - mem_mib)) for c, m in cap.fit[n:]]
+
+
+def take_moves(caps: dict[str, PoolCapacity], moves: list[Move]) -> None:
+    """The round's applied moves, taken from the capacity its requeues are then planned on:
+    devices, CPUs and memory (or a running job is requeued into the node a move took)."""
+    for m in moves:
+        if m.to_pool in caps:
+            take(caps[m.to_pool], m.n, m.cpus, m.mem_mib)
 
 
 def human_s(seconds: float) -> str:

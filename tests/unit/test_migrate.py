@@ -11,7 +11,7 @@ from typing import Any, cast
 import pytest
 
 from slurm_hetero.bridge.luarun import JobSubmit
-from slurm_hetero.bridge.migrate import Planner, parse_cands
+from slurm_hetero.bridge.migrate import Planner, parse_cands, take_moves
 from slurm_hetero.bridge.snapshot import PoolCapacity
 from slurm_hetero.conf import Profile, render_site
 from slurm_hetero.site import Site, load_site, load_site_text
@@ -249,6 +249,21 @@ def test_a_running_migratable_job_is_requeued_into_a_pool_that_frees_up(site: Si
     assert (m.to_pool, m.features, m.release) == ("a100-80gb@x86_64", "x86_64&a100-80gb", True)
     moved = json.loads(m.comment)
     assert "migrate_to" not in moved and moved["moves"] == 1 and moved["pool"] == "a100-80gb@x86_64"
+
+
+def test_a_moves_cpus_are_not_free_for_a_requeue_in_the_same_round(site: Site) -> None:
+    """The daemon takes each move from the capacity before it plans requeues (its round): the
+    move's CPUs and memory too, or a running job is requeued into the node the move took."""
+    caps = idle(site, v100=0, a100_80gb=0, gh200=0)  # the H100s' nodes: 20 CPUs free
+    caps["h100@x86_64"] = replace(caps["h100@x86_64"], fit=[(20, 10**6)] * 8)
+    waiting = replace(job(NVIDIA2, jid=8), cpus_node=12, mem_node_mib=4096)
+    (m,) = Planner(site, RUNNING_ON).plan([waiting], caps, NOW)
+    assert (m.to_pool, m.cpus, m.mem_mib) == ("h100@x86_64", 12, 4096)
+    on_v100 = replace(running(MIGRATABLE), job_id=9, cpus_node=12)
+    assert Planner(site, RUNNING_ON).plan_running([on_v100], caps, NOW)  # room before the move
+    take_moves(caps, [m])  # as the daemon's round does, between the two
+    assert caps["h100@x86_64"].fit == [(8, 10**6 - 4096)] * 6
+    assert Planner(site, RUNNING_ON).plan_running([on_v100], caps, NOW) == []
 
 
 @pytest.mark.parametrize(("why", "j", "policy"), [
