@@ -184,16 +184,74 @@ def test_devices_beside_busy_cores_do_not_shorten_a_backlog(js: JobSubmit, fit_s
     # a job the free devices can take starts there now
     got = decide(js, text, "nvidia:1", min_cpus=4)
     assert got["pool"] == "a100-80gb@x86_64"
-    # the devices and CPUs placed since count too: a 12-CPU job starts on the H100s' one free
-    # node; a second, in the same snapshot generation, finds no room left anywhere and goes
-    # behind the H100s' (its own: 1 of 8), not the A100s' stranded devices (3 of 8)
+    # the same devices over two nodes (2 each), the roomiest with 4 CPUs: none of them either
+    caps = {p.key: PoolCapacity(total=p.devices, free=0, free_max_node=0, pending=p.devices)
+            for p in pools(fit_site)}
+    caps["a100-80gb@x86_64"] = PoolCapacity(total=8, free=4, free_max_node=2, pending=2,
+                                            fit=[(4, 10**6)] * 2)
+    caps["h100@x86_64"] = PoolCapacity(total=8, free=0, free_max_node=0, pending=1)
+    got = decide(js, to_lua(caps, js.now), "nvidia:1", min_cpus=12)
+    assert (got["pool"], got["why"]) == ("h100@x86_64", "least-backlog")
+
+
+def test_a_queued_job_takes_no_cpus_from_the_room_for_the_next(js: JobSubmit, fit_site: Site) -> None:
+    """A 20-CPU job queues on the A100s (no node has 20 CPUs free, every other pool is
+    busier); a 4-CPU job right after it still starts there now, on a device and CPUs the
+    queued one does not hold."""
+    rows = {"a100-80gb@x86_64": (4, [(16, 10**6)] * 4)}
+    first = decide(js, snapshot(fit_site, js.now, rows), "nvidia:1", min_cpus=20)
+    assert (first["pool"], first["why"]) == ("a100-80gb@x86_64", "least-backlog")
+    assert burst(js, 1, min_cpus=4) == [("a100-80gb", "starts-now")]
+
+
+def burst(js: JobSubmit, count: int, **fields: Any) -> list[tuple[str, str]]:
+    """(pool, why) of `count` more one-GPU jobs in the current snapshot generation."""
+    out = []
+    for _ in range(count):
+        rc, desc = js.submit({"accel": "nvidia:1"}, max_nodes=1, min_nodes=1, **fields)
+        assert rc == 0, js.logs
+        rec = json.loads(desc["admin_comment"])
+        out.append((rec["pool"].split("@")[0], rec["why"]))
+    return out
+
+
+def test_a_burst_of_cpu_heavy_jobs_spreads_by_backlog(js: JobSubmit, fit_site: Site) -> None:
+    """One H100 node has a device and 16 CPUs free; the A100s' four devices sit beside 4 CPUs,
+    with 2 jobs pending. Ten 12-CPU jobs in one snapshot generation: the first starts on the
+    H100; then each placed job adds to its pool's backlog, so they alternate instead of all
+    queueing on the pool the first one emptied."""
     rows = {"a100-80gb@x86_64": (4, [(4, 10**6)] * 4), "h100@x86_64": (1, [(16, 10**6)])}
     text = snapshot(fit_site, js.now, rows, {"a100-80gb@x86_64": 2})
     first = decide(js, text, "nvidia:1", min_cpus=12)
     assert (first["pool"], first["why"]) == ("h100@x86_64", "starts-now")
-    rc, desc = js.submit({"accel": "nvidia:1"}, max_nodes=1, min_nodes=1, min_cpus=12)
-    second = json.loads(desc["admin_comment"])
-    assert rc == 0 and (second["pool"], second["why"]) == ("h100@x86_64", "least-backlog")
+    got = burst(js, 9, min_cpus=12)
+    assert got[0] == ("h100", "least-backlog")  # its backlog: 1 of 8; the A100s': 3 of 8
+    assert all(why == "least-backlog" for _, why in got)
+    assert 3 <= sum(pool == "a100-80gb" for pool, _ in got) <= 5, got
+    # the same burst on that snapshot gone stale: nothing starts now, and it spreads too
+    js.now += 40
+    got = burst(js, 10, min_cpus=12)
+    assert all(why == "stale-backlog" for _, why in got)
+    assert 3 <= sum(pool == "a100-80gb" for pool, _ in got) <= 7, got
+
+
+def test_the_room_left_after_a_start_is_a_lower_bound(js: JobSubmit, fit_site: Site) -> None:
+    """After a job is sent to start on a pool, a node that had k + 1 devices free still has k,
+    with at least its CPUs and memory less the job's."""
+    # the A100s: node X with 2 devices, 64 CPUs and 8 GiB free; node Y with 1 device and 8 CPUs
+    caps = {p.key: PoolCapacity(total=p.devices, free=0, free_max_node=0, pending=p.devices)
+            for p in pools(fit_site)}
+    caps["a100-80gb@x86_64"] = PoolCapacity(total=8, free=3, free_max_node=2, pending=0,
+                                            fit=[(64, 8192), (64, 8192)])
+    caps["h100@x86_64"] = PoolCapacity(total=8, free=2, free_max_node=2, pending=0, fit=[(64, 10**6)] * 2)
+    first = decide(js, to_lua(caps, js.now), "nvidia:1", min_cpus=4, min_mem_per_node=6144)
+    assert (first["pool"], first["why"]) == ("a100-80gb@x86_64", "starts-now")
+    # 2 GiB left where it may have gone: a second 6 GiB job is not taken to start there now
+    assert burst(js, 1, min_cpus=4, min_mem_per_node=6144) == [("h100", "starts-now")]
+    assert burst(js, 1, min_cpus=4, min_mem_per_node=2048) == [("a100-80gb", "starts-now")]
+    # two sent there: one device is still free, but no node is known to have it (Y's may be
+    # gone), so the third is not taken to start there now
+    assert burst(js, 1, min_cpus=1) == [("h100", "starts-now")]
 
 
 def test_without_fit_free_devices_alone_decide(js: JobSubmit, fit_site: Site) -> None:

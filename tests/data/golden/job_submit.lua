@@ -628,9 +628,9 @@ end
 
 local snap = { checked = -1, gen = nil, data = nil, problem = nil, state = nil }
 -- Devices this slurmctld handed out per pool since the snapshot was written: a burst of
--- submissions between two snapshots must not all land on the pool that looked free. With
--- the pools' fit, their CPUs and memory too, taken from the node the fit names (to be safe).
-local placed, placed_cpus, placed_mem = {}, {}, {}
+-- submissions between two snapshots must not all land on the pool that looked free. Of
+-- those sent to start now, the devices, CPUs and memory too, for the pools' fit (choose).
+local placed, placed_now, placed_cpus, placed_mem = {}, {}, {}, {}
 
 local function note_snapshot(state, detail)
     if snap.state ~= state then  -- one log line per change, not per job
@@ -667,7 +667,7 @@ local function read_snapshot()
             end
         else
             snap.data, snap.problem = data, nil
-            placed, placed_cpus, placed_mem = {}, {}, {}  -- the new snapshot counts them
+            placed, placed_now, placed_cpus, placed_mem = {}, {}, {}, {}  -- the new one counts them
             if #bad > 0 then
                 slurm.log_error("slurm-hetero: capacity snapshot %s: %d pool(s) left out: %s%s",
                     SNAPSHOT_PATH, #bad, tconcat(bad, ", ", 1, min(#bad, 5)),
@@ -790,33 +790,44 @@ local function by_snapshot(a, b)
 end
 
 -- With a fresh snapshot: pools where the job can start now come first, cheapest (fewest
--- normalized units) first; then the others by shortest backlog (pending + requested - free
--- devices, per device of the pool). Free is what the snapshot saw less what this slurmctld
--- placed since. Where the snapshot keeps the pool's fit, one node must also have the job's
--- CPUs and memory free (a device free beside busy cores starts nothing), less the CPUs and
--- memory placed since; where none has, no free device of the pool counts for its backlog
--- either. With a stale one
--- (the daemon stopped, or cannot write): no pool is taken to start it now, the rest as
--- above; what was placed since keeps adding to each pool's backlog, so an outage's jobs
--- spread over the pools by their size instead of all queueing behind the smallest model
--- (the fault soak: nine pods waited a whole day in a one-node pool). Without one (none yet,
--- unreadable, from the future): the static order.
+-- normalized units) first; then the others by shortest backlog (pending + placed since +
+-- requested - free devices, per device of the pool; placed: what this slurmctld handed out
+-- since the snapshot). Where the snapshot keeps the pool's fit, "now" also needs one node
+-- with the job's CPUs and memory free (a device free beside busy cores starts nothing), as a
+-- lower bound after the jobs sent there to start since: a node that had n + k devices free
+-- still has n, less at most their CPUs and memory. Where no node has room for the job, the
+-- pool's free devices shorten no backlog for it either; by the snapshot's own fit, or by
+-- the lower bound where one node held every free device (so the jobs since went there).
+-- With a stale one (the daemon stopped, or cannot write): no pool is taken to start it now,
+-- the rest as above; what was placed since keeps adding to each pool's backlog, so an
+-- outage's jobs spread over the pools by their size instead of all queueing behind the
+-- smallest model (the fault soak: nine pods waited a whole day in a one-node pool). Without
+-- one (none yet, unreadable, from the future): the static order.
+local function room_for(room, cpus, mem, pc, pm)
+    return room ~= nil and room[1] - pc >= cpus and (mem == nil or room[2] - pm >= mem)
+end
+
 local function choose(cands, data, stale, cpus, mem)
     local d = data or stale
     for _, c in ipairs(cands) do
         local s = d and d.pools[c.pool.key]
         if s then
-            local key = c.pool.key
-            local free, fit, room_ok = s.free - (placed[key] or 0), s.fit, true
-            if fit then  -- the roomiest node with c.n devices free: if not there, nowhere
-                local room = fit[c.n]
-                room_ok = room ~= nil and room[1] - (placed_cpus[key] or 0) >= cpus
-                    and (mem == nil or room[2] - (placed_mem[key] or 0) >= mem)
+            local key, fit = c.pool.key, s.fit
+            local placed_n = placed[key] or 0
+            local now = data ~= nil and min(s.free_max_node, s.free - placed_n) >= c.n and s.pending == 0
+            local usable = s.free  -- the free devices that count for its backlog
+            if fit then
+                local bound = room_for(fit[c.n + (placed_now[key] or 0)], cpus, mem,
+                                       placed_cpus[key] or 0, placed_mem[key] or 0)
+                now = now and bound
+                if s.free_max_node >= s.free then  -- one node holds them all: the bound is exact
+                    if not bound then usable = 0 end
+                elseif not room_for(fit[c.n], cpus, mem, 0, 0) then
+                    usable = 0
+                end
             end
-            c.now = data ~= nil and room_ok and min(s.free_max_node, free) >= c.n and s.pending == 0
-            -- Free devices no node can give this job (beside busy cores) shorten no wait for it:
-            -- counted as free, a pool of stranded devices looked like the shortest backlog.
-            c.backlog = (s.pending + c.n - (room_ok and free or 0)) / max(s.total, 1)
+            c.now = now
+            c.backlog = (s.pending + placed_n + c.n - usable) / max(s.total, 1)
         else
             c.now, c.backlog = false, HUGE
         end
@@ -1045,8 +1056,11 @@ local function decide(job_desc, opts, now, partition, tres)
         if data or stale then
             local key = best.pool.key
             placed[key] = (placed[key] or 0) + best.n
-            placed_cpus[key] = (placed_cpus[key] or 0) + cpus
-            placed_mem[key] = (placed_mem[key] or 0) + (mem or 0)
+            if best.now then  -- a queued job takes no node's CPUs yet
+                placed_now[key] = (placed_now[key] or 0) + best.n
+                placed_cpus[key] = (placed_cpus[key] or 0) + cpus
+                placed_mem[key] = (placed_mem[key] or 0) + (mem or 0)
+            end
         end
         local m, texts = MODELS[best.pool.model], pool_text(best)
         set.tres_per_node = texts.tres
