@@ -51,7 +51,9 @@ PAIRS = (("bridge", "plain"), ("easy++", "plain"), ("bridge", "easy++"), ("bridg
          # bridge-nomodel is without it in the runs before it was the default, 2026-12-07, and
          # the same as bridge-fit after: compare bridge-fit with bridge-nofit then)
          ("bridge-fit", "plain"), ("bridge-fit", "bridge-nomodel"), ("bridge-nofit", "plain"),
-         ("bridge-fit", "bridge-nofit"))
+         ("bridge-fit", "bridge-nofit"),
+         # the ceiling: each job's own runtime as its prediction (replay/oracle.py)
+         ("clairvoyant", "plain"), ("clairvoyant", "easy++"), ("bridge-central", "clairvoyant"))
 # AVEbsld over every measured job, over those started in every arm (paired), mean wait, the
 # mean wait of the measured jobs that asked for accelerators, and of every accelerator job,
 # those carried over into the window too (a placement that starts the carried-over backlog

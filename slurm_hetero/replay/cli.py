@@ -118,8 +118,8 @@ def replay_group(factory: Callable[[Path], Any]) -> click.Group:
                 via_slurm: bool = False, sbatch_args: tuple[str, ...] = ()) -> None:
         """Replay a window of TRACE on a fresh cluster per arm; print and save the figures."""
         from slurm_hetero.replay import report
+        from slurm_hetero.replay.run import UNTRAINED, parse_arms, predictor_files, run_arm, train_model
         from slurm_hetero.replay.run import check_fidelity as run_fidelity
-        from slurm_hetero.replay.run import parse_arms, predictor_files, run_arm, train_model
         from slurm_hetero.replay.trace import read_trace_counted, resolve_start, select_for
         from slurm_hetero.replay.window import Window, check_speed
         from slurm_hetero.site import load_site
@@ -157,7 +157,7 @@ def replay_group(factory: Callable[[Path], Any]) -> click.Group:
             arm_list = [dataclasses.replace(a, model=False) if a.model and a.predictor == "model" else a
                         for a in arm_list]
         own = sorted({a.predictor for a in arm_list if a.model and a.predictor != "model"})
-        trained = [p for p in own if p != "easy++"]
+        trained = [p for p in own if p not in UNTRAINED]
         if trained and model != "auto":
             raise InputError(f"--arms with {', '.join(trained)} train their own model: give --model auto")
         predictors: dict[str, Path | None] = {"model": model_path,

@@ -99,6 +99,9 @@ ARMS = {
     "bridge-cautious": Arm("bridge-cautious", bridge=True, model=True, predictor="model-cautious"),
     # bridge-central with the queue ordered by the upper quantile (`model export --order upper`).
     "bridge-order90": Arm("bridge-order90", bridge=True, model=True, predictor="model-order90"),
+    # A ceiling, not a product arm: each job's own trace runtime as its prediction
+    # (replay/oracle.py), through the same bridge, limits, SiteFactor and extensions.
+    "clairvoyant": Arm("clairvoyant", bridge=True, model=True, predictor="clairvoyant"),
     # bridge-nomodel with floating placement (placement.float): compare it with bridge-nomodel
     "bridge-float": Arm("bridge-float", bridge=True, model=False, float_pools=True),
     # bridge-nomodel with placement.node_fit on, and off (free devices alone, as before fit;
@@ -464,6 +467,10 @@ MODEL_EXPORTS: dict[str, tuple[str, float | None, str]] = {
 }
 
 
+# Predictors that train no model: EASY++'s last-two average, and the replay's ceiling.
+UNTRAINED = ("easy++", "clairvoyant")
+
+
 def train_model(trace: pd.DataFrame, window: Window, out: Path, say: Say | None = None,
                 users: str = "root", limit: str = "upper") -> Path:
     """A runtime model trained only on jobs that ended before the replay's first
@@ -476,13 +483,15 @@ def train_model(trace: pd.DataFrame, window: Window, out: Path, say: Say | None 
 def predictor_files(trace: pd.DataFrame, window: Window, out: Path, predictors: Iterable[str],
                     say: Say | None = None, users: str = "root",
                     names: dict[str, str] | None = None) -> dict[str, Path]:
-    """Each predictor in `predictors` (MODEL_EXPORTS' or "easy++") as a chunk in `out`: the model
-    trained once, on the jobs that ended before the window, exported once per kind."""
+    """Each predictor in `predictors` (MODEL_EXPORTS', "easy++" or "clairvoyant") as a chunk in
+    `out`: the model trained once, on the jobs that ended before the window, exported once per
+    kind."""
     from slurm_hetero.predict import export_lua
     from slurm_hetero.predict.train import train
+    from slurm_hetero.replay import oracle
 
     wanted = sorted(set(predictors))
-    unknown = [p for p in wanted if p not in MODEL_EXPORTS and p != "easy++"]
+    unknown = [p for p in wanted if p not in MODEL_EXPORTS and p not in UNTRAINED]
     if unknown:
         raise ValueError(f"unknown predictors {unknown}")
     before = _history_before(trace, window, users)
@@ -492,6 +501,10 @@ def predictor_files(trace: pd.DataFrame, window: Window, out: Path, predictors: 
         path = out / ((names or {}).get(kind) or f"{kind}.lua")
         if kind == "easy++":
             files[kind] = _export(export_lua.export_easy(before, until=window.first), before, window, path)
+            continue
+        if kind == "clairvoyant":
+            text = oracle.export_clairvoyant(oracle.runtimes(trace, window))
+            files[kind] = _export(text, before, window, path)
             continue
         if model is None:
             if say:

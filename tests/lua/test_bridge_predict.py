@@ -170,3 +170,31 @@ def test_the_first_site_factor_is_set_at_submit_as_the_daemon_computes_it(js: Jo
         d = parse_comment(desc["admin_comment"])
         assert rc == 0 and desc["site_factor"] == d["sf"] == FactorPolicy().site_factor(d["pred"]["p50"], 0)
         assert 0 < d["sf"] <= FactorPolicy().cap
+
+
+def test_the_replays_clairvoyant_chunk_plans_with_each_jobs_own_runtime(site: Site, tmp_path: Path) -> None:
+    """replay/oracle.py: the bridge loads it like a model; a known job's limit is its runtime
+    plus the margin in whole minutes, its SiteFactor that of its runtime; a job it does not
+    know, or one that ran into its limit, keeps its user's limit."""
+    from slurm_hetero.replay import oracle
+
+    chunk = oracle.export_clairvoyant([("7", 100), ("9", 2000), ("11", 6000), ("bad name", 5)])
+    js = JobSubmit(render_site(site, Profile(state_dir=str(tmp_path), model_lua=chunk))["job_submit.lua"])
+    js.state = tmp_path  # type: ignore[attr-defined]
+    fresh_snapshot(js, site)
+
+    def submit(name: str, limit: int = 600) -> tuple[int, dict[str, Any]]:
+        rc, desc = js.submit({"arch": "x86_64"}, user_name="root", name=name, time_limit=limit, min_cpus=1)
+        assert rc == 0 and not any(level == "error" for level, *_ in js.logs), js.logs
+        return desc.get("time_limit", limit), {**parse_comment(desc["admin_comment"]), "sf": desc["site_factor"]}
+
+    limit, d = submit("r7")
+    assert d["pred"] == {"p50": 100 + oracle.MARGIN_S, "p90": 100 + oracle.MARGIN_S}
+    assert limit == 3 and (d["shortened"], d["user_limit_min"]) == (True, 600) and "ext" not in d
+    limit11, d11 = submit("r11")
+    assert limit11 == 101 and d11["pred"]["p50"] == 6030 and d11["sf"] < d["sf"]  # longer: ranked lower
+    limit, d = submit("r9", limit=30)  # ran into its limit in the trace: nothing shorter
+    assert limit == 30 and d["pred"]["p50"] == 1800 and "shortened" not in d
+    for unknown in ("r8", "bad name", "r7x"):
+        limit, d = submit(unknown)
+        assert limit == 600 and d["pred"]["p50"] == 36000 and "shortened" not in d, unknown
