@@ -347,3 +347,33 @@ def test_a_snapshot_that_cannot_be_written_costs_the_heartbeat_not_the_limits(tm
     d.round()
     assert [u[2:] for u in runner.updates] == [["JobId=9", "TimeLimit=20"]]
     assert any(line.startswith("snapshot not written: NotADirectoryError") for line in logs), logs
+
+
+def test_the_round_plans_requeues_on_the_capacity_its_moves_left(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """round(): the moves it applied are taken (devices, CPUs, memory) from the capacity before
+    requeue_running plans on it (migrate.take_moves, tested on its own in test_migrate)."""
+    from slurm_hetero.bridge.daemon import BridgeDaemon
+    from slurm_hetero.bridge.migrate import Move
+    from slurm_hetero.bridge.snapshot import PoolCapacity
+    from slurm_hetero.site import load_site
+
+    site = load_site(Path(__file__).resolve().parents[2] / "site" / "demo" / "site.yaml")
+    caps = {"h100@x86_64": PoolCapacity(total=8, free=4, free_max_node=4, fit=[(32, 65536)] * 4),
+            "v100@x86_64": PoolCapacity(total=4, free=0, free_max_node=0, fit=[])}
+    monkeypatch.setattr(daemon, "take_snapshot", lambda *_, **__: caps)
+    d = BridgeDaemon(site, HostileRunner([]), tmp_path / "snap.lua", every=0.0,  # type: ignore[arg-type]
+                     log=lambda _: None)
+    move = Move(7, "v100@x86_64", "h100@x86_64", 2, "gres/gpu:h100:2", "gpu", "h100", "{}", "room",
+                cpus=12, mem_mib=4096)
+    monkeypatch.setattr(d, "move_pending", lambda queue, c: [move])
+    seen: list[tuple[int, int, list[tuple[int, int]] | None]] = []
+
+    def requeue_running(queue: object, c: dict[str, PoolCapacity]) -> list[object]:
+        h = c["h100@x86_64"]
+        seen.append((h.free, h.free_max_node, h.fit))
+        return []
+
+    monkeypatch.setattr(d, "requeue_running", requeue_running)
+    d.round()
+    assert seen == [(2, 2, [(20, 61440)] * 2)]
