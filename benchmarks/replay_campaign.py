@@ -53,7 +53,11 @@ PAIRS = (("bridge", "plain"), ("easy++", "plain"), ("bridge", "easy++"), ("bridg
          ("bridge-fit", "plain"), ("bridge-fit", "bridge-nomodel"), ("bridge-nofit", "plain"),
          ("bridge-fit", "bridge-nofit"),
          # the ceiling: each job's own runtime as its prediction (replay/oracle.py)
-         ("clairvoyant", "plain"), ("clairvoyant", "easy++"), ("bridge-central", "clairvoyant"))
+         ("clairvoyant", "plain"), ("clairvoyant", "easy++"), ("bridge-central", "clairvoyant"),
+         # EASY backfill (bf_job_part_count_reserve=1): plain Slurm with it, central limits and
+         # the ceiling's with it
+         ("plain-easy", "plain"), ("central-easy", "plain"), ("central-easy", "plain-easy"),
+         ("clairvoyant-easy", "plain"), ("clairvoyant-easy", "plain-easy"))
 # AVEbsld over every measured job, over those started in every arm (paired), mean wait, the
 # mean wait of the measured jobs that asked for accelerators, and of every accelerator job,
 # those carried over into the window too (a placement that starts the carried-over backlog

@@ -81,7 +81,13 @@ class Arm:
     # What predicts: "model" (the trained one, limits at its upper quantile), "model-central"
     # (the same model, limits at its central prediction) or "easy++" (the last-two average).
     predictor: str = "model"
+    # Slurm's SchedulerParameters for the arm (a slurm.extra_lines entry of its site); "": the
+    # site's own. bf_job_part_count_reserve=1: backfill keeps a reservation for the first
+    # pending job of each partition only (EASY), not for every pending job (Slurm's default).
+    scheduler: str = ""
 
+
+EASY_RESERVE = "bf_job_part_count_reserve=1"
 
 ARMS = {
     "plain": Arm("plain", bridge=False, model=False),
@@ -102,6 +108,13 @@ ARMS = {
     # A ceiling, not a product arm: each job's own trace runtime as its prediction
     # (replay/oracle.py), through the same bridge, limits, SiteFactor and extensions.
     "clairvoyant": Arm("clairvoyant", bridge=True, model=True, predictor="clairvoyant"),
+    # EASY backfill (one reservation per partition) on plain Slurm, with the central limits,
+    # and with the ceiling's: which part of a gain is the setting's and which the predictions'.
+    "plain-easy": Arm("plain-easy", bridge=False, model=False, scheduler=EASY_RESERVE),
+    "central-easy": Arm("central-easy", bridge=True, model=True, predictor="model-central",
+                        scheduler=EASY_RESERVE),
+    "clairvoyant-easy": Arm("clairvoyant-easy", bridge=True, model=True, predictor="clairvoyant",
+                            scheduler=EASY_RESERVE),
     # bridge-nomodel with floating placement (placement.float): compare it with bridge-nomodel
     "bridge-float": Arm("bridge-float", bridge=True, model=False, float_pools=True),
     # bridge-nomodel with placement.node_fit on, and off (free devices alone, as before fit;
@@ -283,6 +296,20 @@ def unlimited_site(site: Site, where: Path) -> Site:
     return rewritten_site(site, where, "predicted_limits off", change)
 
 
+def scheduler_site(site: Site, where: Path, parameters: str) -> Site:
+    """The site with slurm.conf's SchedulerParameters set to `parameters` (a site that sets
+    them already is refused: the arm would measure a mix of both)."""
+    if any(line.split("=", 1)[0].strip().lower() == "schedulerparameters" for line in site.slurm.extra_lines):
+        raise InputError(f"an arm with SchedulerParameters={parameters}: the site sets SchedulerParameters "
+                         "already (slurm.extra_lines)")
+
+    def change(data: dict[str, Any]) -> None:
+        slurm = data.setdefault("slurm", {})  # the site was checked: a mapping or absent
+        slurm["extra_lines"] = [*(slurm.get("extra_lines") or []), f"SchedulerParameters={parameters}"]
+
+    return rewritten_site(site, where, f"SchedulerParameters={parameters}", change)
+
+
 def rewritten_site(site: Site, where: Path, what: str, change: Callable[[dict[str, Any]], None]) -> Site:
     """The site's file with `change` made, written at `where` and loaded from there."""
     if site.path is None:
@@ -374,6 +401,8 @@ def run_arm(factory: ClusterFactory, workdir: Path, site: Site, sel: Selection, 
         site = placement_site(site, workdir.with_name(f"{workdir.name}.site.yaml"), "float")
     if arm.node_fit is not None:
         site = placement_site(site, workdir.with_name(f"{workdir.name}.site.yaml"), "node_fit", arm.node_fit)
+    if arm.scheduler:
+        site = scheduler_site(site, workdir.with_name(f"{workdir.name}.site.yaml"), arm.scheduler)
     # Without a model no limit is shortened: no OverTimeLimit either, so Slurm times jobs
     # out itself, as in the arms' earlier results.
     if not arm.predicted_limits or not arm.model:

@@ -282,3 +282,24 @@ def test_run_on_the_pods_file_reports_bad_windows_before_booting(tmp_path: Path)
     assert r.exit_code == 2 and "non-overlapping windows" in r.output, r.output
     r = CliRunner().invoke(replay_group(no_cluster), [*base, "--start", "busiest:x"])
     assert r.exit_code == 2 and "--start" in r.output, r.output
+
+
+def test_the_easy_arms_render_one_reservation_per_partition(tmp_path: Path) -> None:
+    """plain-easy, central-easy and clairvoyant-easy: their site's slurm.conf sets backfill to
+    reserve for each partition's first pending job only; a site that sets SchedulerParameters
+    itself is refused (the arm would measure a mix)."""
+    from slurm_hetero.conf.render import render_site
+    from slurm_hetero.errors import InputError
+    from slurm_hetero.replay.run import EASY_RESERVE, scheduler_site
+
+    assert {n for n, a in ARMS.items() if a.scheduler == EASY_RESERVE} == {"plain-easy", "central-easy",
+                                                                         "clairvoyant-easy"}
+    assert (ARMS["central-easy"].predictor, ARMS["plain-easy"].bridge) == ("model-central", False)
+    site = load_site(REPLAY / "kth-site.yaml")
+    easy = scheduler_site(site, tmp_path / "arm.site.yaml", EASY_RESERVE)
+    lines = render_site(easy)["slurm.conf"].splitlines()
+    assert [x for x in lines if x.startswith("SchedulerParameters")] == ["SchedulerParameters=bf_job_part_count_reserve=1"]
+    assert not any(x.startswith("SchedulerParameters") for x in render_site(site)["slurm.conf"].splitlines())
+    assert [p.name for p in easy.partitions] == [p.name for p in site.partitions]
+    with pytest.raises(InputError, match="sets SchedulerParameters already"):
+        scheduler_site(easy, tmp_path / "twice.site.yaml", "bf_continue")
