@@ -10,7 +10,8 @@ The chunk has the interface the bridge loads (predict_desc_as, predict; limit, o
 correction as `model export` writes them) and no history (no `nstate`: the bridge reads no
 overlay for it). A prediction is the runtime plus MARGIN_S, at least 1 s and at most the
 user's limit: Slurm's limits are whole minutes and a replayed job may run a few trace
-seconds over its trace runtime, which would otherwise cost an extension.
+seconds over its trace runtime. The daemon still extends nearly every such job once, when
+less than its margin (ExtendPolicy, 120 s) is left: the ceiling is the mechanism's as it ships.
 """
 
 from __future__ import annotations

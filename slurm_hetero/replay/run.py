@@ -79,7 +79,8 @@ class Arm:
     # the model only orders the queue (SiteFactor), every job keeps its user's limit.
     predicted_limits: bool = True
     # What predicts: "model" (the trained one, limits at its upper quantile), "model-central"
-    # (the same model, limits at its central prediction) or "easy++" (the last-two average).
+    # (the same model, limits at its central prediction), "easy++" (the last-two average) or
+    # "clairvoyant" (each job's own runtime: a ceiling, replay/oracle.py).
     predictor: str = "model"
     # Slurm's SchedulerParameters for the arm (a slurm.extra_lines entry of its site); "": the
     # site's own. bf_job_part_count_reserve=1: backfill keeps a reservation for the first
