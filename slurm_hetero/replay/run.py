@@ -300,7 +300,9 @@ def unlimited_site(site: Site, where: Path) -> Site:
 def scheduler_site(site: Site, where: Path, parameters: str) -> Site:
     """The site with slurm.conf's SchedulerParameters set to `parameters` (a site that sets
     them already is refused: the arm would measure a mix of both)."""
-    if any(line.split("=", 1)[0].strip().lower() == "schedulerparameters" for line in site.slurm.extra_lines):
+    from slurm_hetero.site.slurmlines import check_extra_line
+
+    if any(check_extra_line(line)[0] == "schedulerparameters" for line in site.slurm.extra_lines):
         raise InputError(f"an arm with SchedulerParameters={parameters}: the site sets SchedulerParameters "
                          "already (slurm.extra_lines)")
 
