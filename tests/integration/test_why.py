@@ -26,7 +26,7 @@ from slurm_hetero.devcluster import Cluster
 from slurm_hetero.devcluster.cluster import ACCOUNT
 from slurm_hetero.devcluster.procs import wait_until
 from slurm_hetero.errors import InputError
-from slurm_hetero.reports.why import Caller, QJob, parse_queue, why_job
+from slurm_hetero.reports.why import Caller, QJob, Why, parse_queue, why_job
 from slurm_hetero.site import Site
 from slurm_hetero.slurm.commands import (
     sacctmgr_argv,
@@ -66,6 +66,19 @@ def wait_started(runner: Runner, job_id: int) -> None:
     assert j is not None and j.state in ("RUNNING", "COMPLETING", "COMPLETED"), j
 
 
+def why_settled(runner: Runner, job_id: int, site: Site, me: Caller) -> Why:
+    """`why` once Slurm shows a reason again: slurmctld clears a pending job's reason
+    ("None") while a scheduling pass looks at it, even after squeue showed the limit."""
+    got: list[Why] = []
+
+    def has_reason() -> bool:
+        got[:] = [why_job(runner, str(job_id), site, caller=me)]
+        return got[0].reason is None or got[0].reason.code != "None"
+
+    wait_until(has_reason, 20, 0.5)
+    return got[0]
+
+
 def cancel_all(root: Runner, ids: Sequence[int]) -> None:
     """Cancel the jobs and wait until none holds devices (the next test's pool is whole)."""
     if ids:
@@ -97,12 +110,7 @@ def test_why_names_the_holder_and_a_free_model_that_then_starts(
 
         assert wait_until(lambda: reason() == "Resources", 30, 0.5), reason()
 
-        w = why_job(user, str(waiting), demo_site, caller=me)
-        for _ in range(20):  # Slurm's reason "None" for a moment mid-pass: look again
-            if w.reason is None or w.reason.code != "None":
-                break
-            time.sleep(0.5)
-            w = why_job(user, str(waiting), demo_site, caller=me)
+        w = why_settled(user, waiting, demo_site, me)
         assert w.reason is not None and w.reason.code == "Resources", w.as_dict()
         pool = w.pool
         assert pool is not None and pool["key"] == "h100@x86_64" and pool["free"] == 0
@@ -166,7 +174,7 @@ def test_why_names_a_tiers_gres_cap_and_a_tier_with_room_that_then_starts(
         ids.append(waiting)
         wait_reason(user, waiting, "QOSGrpGRES")
 
-        w = why_job(user, str(waiting), demo_site, caller=me)
+        w = why_settled(user, waiting, demo_site, me)
         assert w.reason is not None and w.reason.kind == "limit", w.as_dict()
         assert "its QoS's running jobs together hold all the GPUs/NPUs" in w.reason.words
         assert w.pool is not None and w.pool["free"] == 4  # the pool has room: the cap holds it
@@ -217,7 +225,7 @@ def test_why_names_an_association_limit_and_fewer_devices_that_then_start(
         ids.append(waiting)
         wait_reason(user, waiting, "AssocGrpGRES")
 
-        w = why_job(user, str(waiting), demo_site, caller=me)
+        w = why_settled(user, waiting, demo_site, me)
         assert w.reason is not None and w.reason.kind == "limit", w.as_dict()
         assert "its association (account/user)'s running jobs together hold all" in w.reason.words
         [limit] = w.limits
@@ -268,16 +276,8 @@ def test_why_names_a_tiers_max_wall_and_a_shorter_time_that_then_starts(
         ids.append(waiting)
         wait_reason(user, waiting, "QOSMaxWallDurationPerJobLimit")
 
-        # Slurm clears a job's reason while a scheduling pass looks at it (CI once read None
-        # right after squeue had shown the limit): ask until the reason is back.
-        got: list[Any] = []
-
-        def reads_the_limit() -> bool:
-            got[:] = [why_job(user, str(waiting), demo_site, caller=me)]
-            return got[0].reason is not None and got[0].reason.kind == "never"
-
-        assert wait_until(reads_the_limit, 20, 0.5), got[0].as_dict()
-        w = got[0]
+        w = why_settled(user, waiting, demo_site, me)
+        assert w.reason is not None and w.reason.kind == "never", w.as_dict()
         assert w.reason is not None and "it will not start as it is" in w.reason.words
         assert [(f.where, f.field, f.value) for f in w.limits] == [("QoS silver", "MaxWall", "00:10:00")]
         assert "QOSMaxWallDurationPerJobLimit is resolved" in w.estimates["ours_basis"]
@@ -319,7 +319,7 @@ def test_why_finds_a_backfill_window_and_a_shorter_time_that_then_starts(
         ids.append(mine)
         assert wait_until(lambda: reason_of(user, mine) in ("Priority", "Resources"), 30, 0.3), queued(user, mine)
 
-        w = why_job(user, str(mine), demo_site, caller=me)
+        w = why_settled(user, mine, demo_site, me)
         assert w.pool is not None and w.pool["free"] == 2 and w.pool["key"] == "h100@x86_64", w.as_dict()
         [short] = [s for s in w.suggestions if s.kind == "time"]
         held = queued(root, filler)
