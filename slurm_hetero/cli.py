@@ -209,6 +209,9 @@ def bridge_snapshot(site_path: Path, output: Path) -> None:
 @click.option("--every", type=float, default=5.0, show_default=True, help="Seconds per round.")
 @click.option("--margin", type=float, default=120.0, show_default=True,
               help="Extend a shortened limit when fewer seconds than this are left.")
+@click.option("--margin-share", type=click.FloatRange(0.0, 1.0, max_open=True), default=0.1,
+              show_default=True,
+              help="...or when less than this share of the limit is left, whichever is more.")
 @click.option("--pidfile", type=click.Path(path_type=Path), default=None)
 @click.option("--forecast", "with_forecast", is_flag=True,
               help="Refresh the per-pool demand forecast each minute into the snapshot (asks slurmdbd).")
@@ -220,7 +223,7 @@ def bridge_snapshot(site_path: Path, output: Path) -> None:
                    "writes MODEL.tail.json; read again when it changes); without it a user's history "
                    "starts 14 days back.")
 @reports_errors
-def bridge_run(site_path: Path, snapshot: Path, every: float, margin: float,
+def bridge_run(site_path: Path, snapshot: Path, every: float, margin: float, margin_share: float,
                pidfile: Path | None, with_forecast: bool, with_history: bool,
                model_tail: Path | None) -> None:
     """The bridge daemon: snapshot + heartbeat, limit extensions, SiteFactor (until SIGTERM)."""
@@ -243,7 +246,8 @@ def bridge_run(site_path: Path, snapshot: Path, every: float, margin: float,
         from slurm_hetero.slurm.sacct import default_cache_dir
 
         forecaster = Refresher(site, Runner(), log=console.print, cache_root=default_cache_dir())
-    daemon = BridgeDaemon(site, Runner(), snapshot, every, extend=ExtendPolicy(margin_s=margin),
+    extend = ExtendPolicy(margin_s=margin, share=margin_share)
+    daemon = BridgeDaemon(site, Runner(), snapshot, every, extend=extend,
                           log=console.print, forecaster=forecaster, online=history)
     if pidfile:
         pidfile.write_text(f"{os.getpid()}\n")

@@ -66,21 +66,24 @@ TSAFRIR_STEPS_MIN = (1, 5, 15, 30, 60, 120, 300, 600, 1200, 3000, 6000)
 
 @dataclass(frozen=True)
 class ExtendPolicy:
-    """Extend a shortened job when less than `margin_s` (or 10% of its limit) is left, or it
-    has run past it, never past its own limit (`user_min`): double the limit (the bridge's
+    """Extend a shortened job when less than `margin_s` (or `share` of its limit) is left, or
+    it has run past it, never past its own limit (`user_min`): double the limit (the bridge's
     model), or with `correction="tsafrir"` (the model's choice, recorded with the decision as
     "ext") go up to the next of TSAFRIR_STEPS_MIN that covers the job's run so far and two
     margins. The margin keeps backfill's plan right, not the job alive (OverTimeLimit does
     that): backfill plans a job past its limit to end OverTimeLimit after it (UNLIMITED: a
     whole limit from now), far off. Two reads of the queue (at most MAX_QUEUE_GAP_S apart)
-    fall within the default margin."""
+    fall within the default margin. The margin's cost: a job that would end inside it, within
+    its limit, is extended all the same, and backfill plans with the longer limit until it ends
+    (a tighter margin, `bridge run --margin`, is the replay's `*-tight` arms)."""
 
     margin_s: float = 120.0
+    share: float = 0.1
 
     def new_limit_min(self, limit_min: int, elapsed_s: float, user_min: int,
                       correction: str = "double") -> int | None:
         left = limit_min * 60 - elapsed_s
-        if limit_min >= user_min or left > max(self.margin_s, 0.1 * limit_min * 60):
+        if limit_min >= user_min or left > max(self.margin_s, self.share * limit_min * 60):
             return None
         need = math.ceil((elapsed_s + 2 * self.margin_s) / 60)
         if correction == "tsafrir":

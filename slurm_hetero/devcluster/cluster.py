@@ -166,6 +166,17 @@ def bridge_every(clock: fakeclock.ClockSpec | None) -> float:
     return 2.0 if clock is None else max(2.0, clock.speed)
 
 
+def daemon_margin(every: float, rounds: float | None = None) -> tuple[float, float]:
+    """(seconds, share of the limit) before a shortened limit's end at which the cluster's
+    bridge daemon extends it: as it ships, 120 s or three rounds, and 10%; with `rounds` (the
+    replay's tight arms) that many rounds and no share.
+
+    >>> daemon_margin(2.0), daemon_margin(50.0), daemon_margin(50.0, 1.5)
+    ((120.0, 0.1), (150.0, 0.1), (75.0, 0.0))
+    """
+    return (max(120.0, 3 * every), 0.1) if rounds is None else (rounds * every, 0.0)
+
+
 def without_bridge(slurm_conf: str) -> str:
     """slurm.conf with the bridge's job_submit.lua taken out (replay's `plain` arm).
 
@@ -329,7 +340,7 @@ class Cluster:
     # ---- up ---------------------------------------------------------------------------
     def up(self, site: Site, timeout: float = 90.0, log: object = print,
            model: Path | None = None, clock: fakeclock.ClockSpec | None = None,
-           bridge: bool = True, configless: bool = False) -> float:
+           bridge: bool = True, configless: bool = False, margin_rounds: float | None = None) -> float:
         """Boot the cluster (or check an already running one); returns seconds to all-idle.
         `model`: an exported runtime model to compile into the bridge.
 
@@ -404,7 +415,8 @@ class Cluster:
         self._apply_qos_limits(limits)
         if bridge:
             every = bridge_every(clock)
-            self.start_bridge(site, every=every, margin=max(120.0, 3 * every))
+            margin, share = daemon_margin(every, margin_rounds)
+            self.start_bridge(site, every=every, margin=margin, share=share)
         for n in meta["sampled_nodes"]:
             self._spawn([sys.executable, "-m", "slurm_hetero.cli", "node", "sample", "--node", n,
                          "--pidfile", str(self.run / f"sampler-{n}.pid")],
@@ -814,7 +826,7 @@ class Cluster:
                             "DROP DATABASE IF EXISTS test;", "FLUSH PRIVILEGES;"]))
 
     def start_bridge(self, site: Site, every: float = 2.0, margin: float = 120.0, wait: float = 60.0,
-                     history: bool = True) -> None:
+                     history: bool = True, share: float = 0.1) -> None:
         """The bridge daemon (capacity snapshot and heartbeat, limit extensions, SiteFactor),
         under a supervisor that restarts it when it dies; `wait`: seconds for its first
         snapshot (a queue of tens of thousands of jobs takes longer to read, and a loaded
@@ -826,7 +838,8 @@ class Cluster:
         snap.unlink(missing_ok=True)
         bridge = [sys.executable, "-m", "slurm_hetero.cli", "bridge", "run",
                   "--site", str(site.path.resolve()), "--snapshot", str(snap), "--every", str(every),
-                  "--margin", str(margin), "--pidfile", str(self.run / "bridge.pid")]
+                  "--margin", str(margin), "--margin-share", str(share),
+                  "--pidfile", str(self.run / "bridge.pid")]
         model = self.info().get("model")
         if not history:
             bridge += ["--no-history"]

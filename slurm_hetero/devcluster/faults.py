@@ -58,7 +58,7 @@ from typing import Any
 from slurm_hetero.conf.monitoring import RULES, PrometheusSettings, render_prometheus
 from slurm_hetero.devcluster import procs
 from slurm_hetero.devcluster.clock import ClockSpec
-from slurm_hetero.devcluster.cluster import Cluster, bridge_every
+from slurm_hetero.devcluster.cluster import Cluster, bridge_every, daemon_margin
 from slurm_hetero.devcluster.replay import MARK, DevReplayCluster
 from slurm_hetero.energy.fake import FAIL_SWITCH
 from slurm_hetero.errors import RuntimeFailure
@@ -835,10 +835,12 @@ class SoakCluster(DevReplayCluster):
         self.watch = watch  # a site file: `up` starts the exporters and Prometheus (`monitor`)
         self.monitor_problem: str | None = None
 
-    def up(self, site: Site, *, speed: float, bridge: bool, model: Path | None) -> float:
+    def up(self, site: Site, *, speed: float, bridge: bool, model: Path | None,
+           margin_rounds: float | None = None) -> float:
         """The cluster, then (with `watch`) the monitoring, before the replay's clock map and
         its t0 are taken: the soak sets `monitoring.t0` once it knows it."""
-        boot = super().up(self.boot_site or site, speed=speed, bridge=bridge, model=model)
+        boot = super().up(self.boot_site or site, speed=speed, bridge=bridge, model=model,
+                          margin_rounds=margin_rounds)
         if self.watch is not None:
             t = time.monotonic()
             try:
@@ -911,7 +913,7 @@ def bridge_margin_s(speed: float) -> float:
     >>> bridge_margin_s(50), bridge_margin_s(20)
     (150.0, 120.0)
     """
-    return max(120.0, 3 * bridge_every(ClockSpec(speed)))
+    return daemon_margin(bridge_every(ClockSpec(speed)))[0]
 
 
 # ---- devices left with a job's policy --------------------------------------------------------

@@ -47,10 +47,12 @@ class DevReplayCluster:
         (w / MARK).write_text("made by slurm-hetero replay; emptied at each arm's start\n")
         self.cluster = Cluster(w)
 
-    def up(self, site: Site, *, speed: float, bridge: bool, model: Path | None) -> float:
+    def up(self, site: Site, *, speed: float, bridge: bool, model: Path | None,
+           margin_rounds: float | None = None) -> float:
         self._fresh()
         return self.cluster.up(site, timeout=self.timeout, log=lambda *_: None, model=model,
-                               clock=ClockSpec(speed, hooks=self.hooks), bridge=bridge)
+                               clock=ClockSpec(speed, hooks=self.hooks), bridge=bridge,
+                               margin_rounds=margin_rounds)
 
     def down(self) -> None:
         self.cluster.down(log=lambda *_: None)

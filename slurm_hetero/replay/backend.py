@@ -26,8 +26,10 @@ class ReplayCluster(Protocol):
         """Clients on the cluster's clock (valid after `up`)."""
         ...
 
-    def up(self, site: Site, *, speed: float, bridge: bool, model: Path | None) -> float:
-        """Boot a fresh cluster; returns the seconds it took."""
+    def up(self, site: Site, *, speed: float, bridge: bool, model: Path | None,
+           margin_rounds: float | None = None) -> float:
+        """Boot a fresh cluster; returns the seconds it took. `margin_rounds`: the bridge
+        daemon extends limits that many of its rounds before they end (None: as it ships)."""
         ...
 
     def down(self) -> None: ...

@@ -70,6 +70,20 @@ def test_tsafrir_correction_steps(limit: int, elapsed: float, user: int, new: in
     assert ExtendPolicy().new_limit_min(limit, elapsed, user, "tsafrir") == new
 
 
+@pytest.mark.parametrize(("limit", "elapsed", "user", "shipped", "tight"), [
+    (10, 8 * 60 + 30, 60, 20, None),  # 90 s left: inside 120 s, outside 75 s
+    (10, 9 * 60 + 10, 60, 20, 20),    # 50 s left: inside both; doubled either way
+    (60, 55 * 60, 600, 120, None),    # 5 min left of 60: within 10% only
+    (3, 200, 10, 8, 6),               # past its limit: at once, to cover two margins more
+])
+def test_a_tight_margin_extends_only_in_its_last_rounds(limit: int, elapsed: float, user: int,
+                                                        shipped: int | None, tight: int | None) -> None:
+    """The replay's *-tight arms (75 s at x50, no share of the limit): a job that ends inside
+    the shipped margin, within its limit, keeps the limit backfill plans with."""
+    assert ExtendPolicy().new_limit_min(limit, elapsed, user) == shipped
+    assert ExtendPolicy(margin_s=75, share=0.0).new_limit_min(limit, elapsed, user) == tight
+
+
 def test_rows_from_captured_squeue_json() -> None:
     jobs, _ = parse_squeue_json((CAPTURED / "squeue-json-22.05.json").read_text())
     rows = {r.job_id: r for r in (job_row(j, now=1796109000.0) for j in jobs)}

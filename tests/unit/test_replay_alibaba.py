@@ -303,3 +303,15 @@ def test_the_easy_arms_render_one_reservation_per_partition(tmp_path: Path) -> N
     assert [p.name for p in easy.partitions] == [p.name for p in site.partitions]
     with pytest.raises(InputError, match="sets SchedulerParameters already"):
         scheduler_site(easy, tmp_path / "twice.site.yaml", "bf_continue")
+
+
+def test_the_tight_arms_differ_from_theirs_only_in_the_margin() -> None:
+    """central-tight and clairvoyant-tight measure the daemon's margin alone: the same
+    predictor, bridge and Slurm as bridge-central and clairvoyant."""
+    import dataclasses
+
+    from slurm_hetero.replay.run import TIGHT_ROUNDS
+
+    for tight, base in (("central-tight", "bridge-central"), ("clairvoyant-tight", "clairvoyant")):
+        assert ARMS[tight].margin_rounds == TIGHT_ROUNDS == 1.5
+        assert dataclasses.replace(ARMS[tight], name=base, margin_rounds=None) == ARMS[base]
