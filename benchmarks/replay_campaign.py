@@ -57,7 +57,10 @@ PAIRS = (("bridge", "plain"), ("easy++", "plain"), ("bridge", "easy++"), ("bridg
          # EASY backfill (bf_job_part_count_reserve=1): plain Slurm with it, central limits and
          # the ceiling's with it
          ("plain-easy", "plain"), ("central-easy", "plain"), ("central-easy", "plain-easy"),
-         ("clairvoyant-easy", "plain"), ("clairvoyant-easy", "plain-easy"))
+         ("clairvoyant-easy", "plain"), ("clairvoyant-easy", "plain-easy"),
+         # the daemon extending limits 1.5 rounds before their end, not 150 s and 10% (x50)
+         ("central-tight", "plain"), ("central-tight", "bridge-central"), ("clairvoyant-tight", "plain"),
+         ("clairvoyant-tight", "clairvoyant"), ("central-tight", "clairvoyant-tight"))
 # AVEbsld over every measured job, over those started in every arm (paired), mean wait, the
 # mean wait of the measured jobs that asked for accelerators, and of every accelerator job,
 # those carried over into the window too (a placement that starts the carried-over backlog
