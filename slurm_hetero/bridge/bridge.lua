@@ -624,9 +624,12 @@ local function set32(v) return v ~= nil and v > 0 and v < NO_VAL end
 
 -- What one node must hold for the job, as far as the job says: CPUs (one task's, the per-node
 -- minimum, tasks per node x CPUs per task, and a one-node job's whole count) and memory
--- (--mem, or --mem-per-cpu x those CPUs; nil: not said or --mem=0, the whole node). Slurm
+-- (--mem, or --mem-per-cpu x those CPUs; nil: not said; WHOLE_NODE: --mem=0, which Slurm
+-- gives all of a node's memory, so it starts only on a node with none allocated). Slurm
 -- refuses a job that no node of its partition can hold ("Requested node configuration is not
 -- available"; a held job waits forever), so pools whose nodes are smaller are no candidates.
+local WHOLE_NODE = 0
+
 local function node_need(job_desc)
     local per_task = job_desc.cpus_per_task
     if not set16(per_task) then per_task = 1 end
@@ -643,7 +646,7 @@ local function node_need(job_desc)
         cpus = max(cpus, all)
     end
     local mem = job_desc.min_mem_per_node
-    if mem == nil or mem <= 0 then
+    if mem == nil then  -- not said (0 is said: --mem=0, WHOLE_NODE)
         local per_cpu = job_desc.min_mem_per_cpu
         mem = (per_cpu ~= nil and per_cpu > 0) and per_cpu * cpus or nil
     end
@@ -707,22 +710,29 @@ local function room_for(room, cpus, mem, pc, pm)
     return room ~= nil and room[1] - pc >= cpus and (mem == nil or room[2] - pm >= mem)
 end
 
+-- The memory a job takes on one node of pool `p` (WHOLE_NODE: the node's, as far as the site
+-- says; nil where it does not).
+local function mem_on(p, mem)
+    if mem == WHOLE_NODE then return p.mem_mib end
+    return mem
+end
+
 local function choose(cands, data, stale, cpus, mem)
     local d = data or stale
     for _, c in ipairs(cands) do
         local s = d and d.pools[c.pool.key]
         if s then
-            local key, fit = c.pool.key, s.fit
+            local key, fit, need = c.pool.key, s.fit, mem_on(c.pool, mem)
             local placed_n = placed[key] or 0
             local now = data ~= nil and min(s.free_max_node, s.free - placed_n) >= c.n and s.pending == 0
             local usable = s.free  -- the free devices that count for its backlog
             if fit then
-                local bound = room_for(fit[c.n + (placed_now[key] or 0)], cpus, mem,
+                local bound = room_for(fit[c.n + (placed_now[key] or 0)], cpus, need,
                                        placed_cpus[key] or 0, placed_mem[key] or 0)
                 now = now and bound
                 if s.free_max_node >= s.free then  -- one node holds them all: the bound is exact
                     if not bound then usable = 0 end
-                elseif not room_for(fit[c.n], cpus, mem, 0, 0) then
+                elseif not room_for(fit[c.n], cpus, need, 0, 0) then
                     usable = 0
                 end
             end
@@ -943,7 +953,8 @@ local function decide(job_desc, opts, now, partition, tres)
         if #cands == 0 then
             local size = ""  -- said when the nodes' size is what ruled every pool out
             if #candidates(req, arch, partition, 1, nil) > 0 then
-                size = " with " .. itext(cpus) .. " CPUs" .. (mem and (" and " .. itext(mem) .. " MiB") or "") ..
+                local m = mem ~= WHOLE_NODE and mem
+                size = " with " .. itext(cpus) .. " CPUs" .. (m and (" and " .. itext(m) .. " MiB") or "") ..
                     " on one node"
             end
             return reject("accel", opts.accel, "no pool of this site satisfies it" ..
@@ -959,7 +970,7 @@ local function decide(job_desc, opts, now, partition, tres)
             if best.now then  -- a queued job takes no node's CPUs yet
                 placed_now[key] = (placed_now[key] or 0) + best.n
                 placed_cpus[key] = (placed_cpus[key] or 0) + cpus
-                placed_mem[key] = (placed_mem[key] or 0) + (mem or 0)
+                placed_mem[key] = (placed_mem[key] or 0) + (mem_on(best.pool, mem) or 0)
             end
         end
         local m, texts = MODELS[best.pool.model], pool_text(best)

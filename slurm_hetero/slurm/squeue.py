@@ -93,8 +93,9 @@ def node_need(j: dict[str, Any]) -> tuple[int, int]:
     >>> node_need({"cpus": 4294967294, "node_count": 1, "minimum_cpus_per_node": 65534})
     (0, 0)
 
-    Memory 0 (`--mem=0`, the whole node, or not said) counts as no need: such a job passes
-    the memory test as the bridge's Lua reads it too.
+    Memory 0 counts as no need: squeue shows 0 for `--mem=0` (Slurm's whole node) and where
+    nothing was said with no DefMemPerCPU (24.11's capture), which the daemon cannot tell
+    apart. The bridge's Lua sees `--mem=0` itself (min_mem_per_node 0): the whole node.
     """
     per_node, nodes = _count(j.get("minimum_cpus_per_node")), _count(j.get("node_count")) or 1
     if per_node >= 0xFFFE:  # a 16-bit field: NO_VAL16 / INFINITE16 say "not set"

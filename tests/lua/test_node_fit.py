@@ -155,6 +155,23 @@ def test_memory_counts_too(js: JobSubmit, fit_site: Site) -> None:
     assert (got["pool"], got["why"]) == ("h100@x86_64", "starts-now")
 
 
+def test_mem_0_needs_a_node_with_all_its_memory_free(js: JobSubmit, fit_site: Site) -> None:
+    """--mem=0 is the whole node's memory in Slurm (min_mem_per_node 0, not nil): the cheaper
+    A100 node with 1 GiB of its 512 allocated cannot start it now; the idle H100 node can."""
+    a100, h100 = 524288, 1048576  # the demo site's nodes' memory, MiB
+    text = snapshot(fit_site, js.now, {"a100-80gb@x86_64": (1, [(64, a100 - 1024)]),
+                                       "h100@x86_64": (1, [(64, h100)])})
+    got = decide(js, text, "nvidia:1", min_cpus=4, min_mem_per_node=0)
+    assert (got["pool"], got["why"]) == ("h100@x86_64", "starts-now")
+    assert decide(js, text, "nvidia:1", min_cpus=4)["pool"] == "a100-80gb@x86_64"  # nothing said
+    # the A100 node idle: it starts there, and takes the node's memory from the next job
+    text = snapshot(fit_site, js.now, {"a100-80gb@x86_64": (2, [(64, a100), (64, a100)]),
+                                       "h100@x86_64": (1, [(64, h100)])})
+    got = decide(js, text, "nvidia:1", min_cpus=4, min_mem_per_node=0)
+    assert (got["pool"], got["why"]) == ("a100-80gb@x86_64", "starts-now")
+    assert burst(js, 1, min_cpus=4, min_mem_per_node=1024) == [("h100", "starts-now")]
+
+
 def test_a_burst_within_one_snapshot_takes_the_cpus_it_was_given(js: JobSubmit, fit_site: Site) -> None:
     """Two 12-CPU jobs before the next snapshot: the first takes the A100 node's 16 free CPUs
     down to 4 in the bridge's count, so the second goes to the H100s."""
