@@ -120,30 +120,35 @@ def test_floating_jobs_start_in_the_pool_that_has_room_without_a_move(
 
 def test_with_node_fit_a_free_gpu_beside_busy_cpus_does_not_start_a_job_now(
         cluster: Cluster, demo_site: Site, tmp_path: Path) -> None:
-    """With `placement.node_fit` on, a job holding one V100 and all 80 of v100-01's CPUs leaves
-    three V100s free with no CPU beside them. The daemon's snapshot says so (sinfo's CPUs and
-    memory per node), and an 8-CPU nvidia:1 job goes to the next cheapest pool that has room
-    (A100) as `starts-now`, and runs there. Without node_fit the V100s would be taken to start
-    it now and it would wait (tests/lua/test_node_fit.py decides both ways)."""
+    """With `placement.node_fit` on, a job holding one V100, 76 of v100-01's 80 CPUs and 1 GiB
+    leaves three V100s free with 4 CPUs beside them. The daemon's snapshot says so (sinfo's
+    CPUs and memory per node). An 8-CPU nvidia:1 job goes to the next cheapest pool that has
+    room (A100) as `starts-now`, and runs there; so does a 2-CPU one with `--mem=0` (Slurm
+    gives it the whole node's memory, and 1 GiB of v100-01's is taken). Without node_fit the
+    V100s would be taken to start both now and they would wait (tests/lua/test_node_fit.py
+    decides both ways)."""
     c = cluster
-    blocker = 0
+    blocker, ids = 0, []
     with moving(c, demo_site, tmp_path, "{node_fit: true}", section="placement"):
-        blocker = submit(c.runner, ["-p", "gpu", "-w", "v100-01", "--gres=gpu:v100:1", "-c", "80",
+        blocker = submit(c.runner, ["-p", "gpu", "-w", "v100-01", "--gres=gpu:v100:1", "-c", "76",
                                     "--mem=1G", "-t", "5", "-o", "/dev/null"], "sleep 300")
         try:
             snap = c.state / "hetero-snapshot.lua"
             assert wait_until(lambda: '["v100@x86_64"] = { total = 4, free = 3, free_max_node = 3, '
-                              "pending = 0, fit = { { 0, " in snap.read_text(), 30), snap.read_text()
-            jid = submit(c.runner, ["--accel=nvidia:1", "-c", "8", "-t", "5", "-o", "/dev/null"], "sleep 1")
-            first = queued(c, jid)
-            assert first is not None, jid
-            rec = parse_comment(first.admin_comment)
-            assert (rec["pool"], rec["why"]) == ("a100-80gb@x86_64", "starts-now"), rec
-            wait_done(c.runner, [jid], timeout=60)
+                              "pending = 0, fit = { { 4, " in snap.read_text(), 30), snap.read_text()
+            for argv in (["-c", "8"], ["-c", "2", "--mem=0"]):
+                jid = submit(c.runner, ["--accel=nvidia:1", *argv, "-t", "5", "-o", "/dev/null"], "sleep 1")
+                ids.append(jid)
+                first = queued(c, jid)
+                assert first is not None, jid
+                rec = parse_comment(first.admin_comment)
+                assert (rec["pool"], rec["why"]) == ("a100-80gb@x86_64", "starts-now"), (argv, rec)
+            wait_done(c.runner, ids, timeout=60)
         finally:
             c.runner.run(["scancel", str(blocker)], check=False)
-    row = sacct_jobs(c.runner, [jid], ["JobID", "State", "NodeList"])[jid]
-    assert row["State"] == "COMPLETED" and row["NodeList"].startswith("a100-"), row
+    rows = sacct_jobs(c.runner, ids, ["JobID", "State", "NodeList"])
+    for jid in ids:
+        assert rows[jid]["State"] == "COMPLETED" and rows[jid]["NodeList"].startswith("a100-"), rows[jid]
 
 
 def test_running_migratable_job_is_requeued_into_a_faster_pool_and_resumes(
