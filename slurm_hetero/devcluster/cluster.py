@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypedDict
 
+from slurm_hetero.bridge.daemon import ExtendPolicy
 from slurm_hetero.bridge.history import HISTORY_FILE
 from slurm_hetero.conf.containers import emulated_paths
 from slurm_hetero.conf.nodefiles import NODE_DIR, NODE_FILES
@@ -174,7 +175,9 @@ def daemon_margin(every: float, rounds: float | None = None) -> tuple[float, flo
     >>> daemon_margin(2.0), daemon_margin(50.0), daemon_margin(50.0, 1.5)
     ((120.0, 0.1), (150.0, 0.1), (75.0, 0.0))
     """
-    return (max(120.0, 3 * every), 0.1) if rounds is None else (rounds * every, 0.0)
+    if rounds is not None:
+        return rounds * every, 0.0
+    return max(ExtendPolicy.margin_s, 3 * every), ExtendPolicy.share
 
 
 def without_bridge(slurm_conf: str) -> str:
@@ -825,8 +828,8 @@ class Cluster:
         self._sql(" ".join([*drops, "ALTER USER 'root'@'localhost' IDENTIFIED VIA unix_socket;",
                             "DROP DATABASE IF EXISTS test;", "FLUSH PRIVILEGES;"]))
 
-    def start_bridge(self, site: Site, every: float = 2.0, margin: float = 120.0, wait: float = 60.0,
-                     history: bool = True, share: float = 0.1) -> None:
+    def start_bridge(self, site: Site, every: float = 2.0, margin: float = ExtendPolicy.margin_s,
+                     wait: float = 60.0, history: bool = True, share: float = ExtendPolicy.share) -> None:
         """The bridge daemon (capacity snapshot and heartbeat, limit extensions, SiteFactor),
         under a supervisor that restarts it when it dies; `wait`: seconds for its first
         snapshot (a queue of tens of thousands of jobs takes longer to read, and a loaded
