@@ -35,6 +35,9 @@ PAIRS = (("bridge", "plain"), ("easy++", "plain"), ("bridge", "easy++"), ("bridg
          ("bridge-central", "easy++"), ("bridge-central", "bridge"),
          # central limits, the queue ordered by the upper quantile (--order upper)
          ("bridge-order90", "plain"), ("bridge-order90", "easy++"), ("bridge-order90", "bridge-central"),
+         # central limits, the queue ordered by CPU time (--order area), and the ceiling so ordered
+         ("bridge-area", "plain"), ("bridge-area", "bridge-central"), ("clairvoyant-area", "plain"),
+         ("clairvoyant-area", "clairvoyant"), ("bridge-area", "clairvoyant-area"),
          # and limits shortened only where the p90 is at most 0.9 of the user's (--shorten-when-sure)
          ("bridge-cautious", "plain"), ("bridge-cautious", "easy++"), ("bridge-cautious", "bridge-order90"),
          # the model's order alone (SiteFactor), every job keeping its user's limit

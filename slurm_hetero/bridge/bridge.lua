@@ -1173,6 +1173,17 @@ local function site_factor(p50_s)
     return min(SITE_FACTOR.cap, SITE_FACTOR.step * floor(raw / SITE_FACTOR.step + 0.5))
 end
 
+-- The CPUs of the whole job (every node's), as far as it says: what `--order area` weighs
+-- its prediction by.
+local function job_cpus(job_desc)
+    local per_node = node_need(job_desc)
+    local per_task = set16(job_desc.cpus_per_task) and job_desc.cpus_per_task or 1
+    local cpus = set32(job_desc.num_tasks) and job_desc.num_tasks * per_task or per_task
+    if set32(job_desc.min_cpus) then cpus = max(cpus, job_desc.min_cpus) end
+    if set32(job_desc.min_nodes) then cpus = max(cpus, job_desc.min_nodes * per_node) end
+    return cpus
+end
+
 local function first_partition(list)
     return list and smatch(list, "^[^,]+")
 end
@@ -1197,14 +1208,17 @@ local function add_prediction(job_desc, set, now, job_partition, tres, record)
     -- at no wait: set here, it costs slurmctld no update RPC per new job; "sf" tells the
     -- daemon what the job holds.
     if SITE_FACTOR then
-        -- `model export --order upper`: ordered by the upper quantile, which the daemon is
-        -- told ("sf_s") so that it keeps the same order as the job waits.
-        local upper = MODEL.order == "upper"
-        local basis = upper and ceil(p90) or ceil(p50)
+        -- `model export --order upper`: ordered by the upper quantile; `--order area`: by the
+        -- p50 times the job's CPUs (CPU seconds). The daemon is told that basis ("sf_s") so
+        -- that it keeps the same order as the job waits.
+        local order = MODEL.order
+        local basis = ceil(p50)
+        if order == "upper" then basis = ceil(p90)
+        elseif order == "area" then basis = basis * job_cpus(job_desc) end
         local sf = site_factor(basis)
         set.site_factor = sf
         pred = pred .. ',"sf":' .. itext(sf)
-        if upper then pred = pred .. ',"sf_s":' .. itext(basis) end
+        if order == "upper" or order == "area" then pred = pred .. ',"sf_s":' .. itext(basis) end
     end
     -- The heartbeat matters only where limits may be shortened: no snapshot look-up otherwise.
     if PREDICTED_LIMITS[partition] and user_min and snapshot(now) then

@@ -298,7 +298,8 @@ class BridgeDaemon:
                 continue
             pred = j.decision.get("pred")
             # What the bridge ordered the job by: "sf_s" where not its p50 (`model export
-            # --order upper`), else the p50, else the job's limit.
+            # --order upper`: the p90; `--order area`: CPU seconds), else the p50, else the
+            # job's limit.
             tried = (j.decision.get("sf_s"), pred.get("p50") if isinstance(pred, dict) else None)
             seconds = [float(v) for v in tried
                        if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)]

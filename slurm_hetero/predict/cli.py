@@ -202,9 +202,11 @@ def eval_cmd(table: Path, sources: tuple[str, ...], test_fraction: float, json_o
               help="Shorten a job's limit only where its upper quantile is at most SHARE of its "
                    "user's limit (e.g. 0.9); a job the model is unsure of keeps its user's limit "
                    "[default: any job].")
-@click.option("--order", type=click.Choice(["central", "upper"]), default="central", show_default=True,
-              help="The prediction that orders the queue (SiteFactor): the central one, or the upper "
-                   "quantile (a job the model is unsure of does not jump the queue on a short guess).")
+@click.option("--order", type=click.Choice(["central", "upper", "area"]), default="central",
+              show_default=True,
+              help="The prediction that orders the queue (SiteFactor): the central one, the upper "
+                   "quantile (a job the model is unsure of does not jump the queue on a short guess), "
+                   "or the central one times the job's CPUs (smallest CPU time first).")
 @reports_errors
 def export_cmd(model_file: Path, history: Path, source: str | None, until: int | None, output: Path,
                limit: str, sure: float | None, order: str) -> None:

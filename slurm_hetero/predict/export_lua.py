@@ -138,9 +138,10 @@ def _no_state() -> list[str]:
 # The prediction a job's limit is made of where limits are predicted: the upper quantile (few
 # jobs outlive it) or the central one (backfill plans tighter; half the jobs are extended).
 LIMITS = ("upper", "central")
-# The prediction SiteFactor is made of: the central one, or the upper quantile (a job the model
-# is unsure of is ordered by what it may take, not by its most likely runtime).
-ORDERS = ("central", "upper")
+# The prediction SiteFactor is made of: the central one, the upper quantile (a job the model
+# is unsure of is ordered by what it may take, not by its most likely runtime), or the central
+# one times the job's CPUs ("area": the CPU time it will hold, smallest first).
+ORDERS = ("central", "upper", "area")
 
 
 def export_text(model: Model, history: pd.DataFrame, until: int | None = None,
@@ -156,7 +157,7 @@ def render(model: Model, users: dict[str, list[float]], until: int, generated_at
     if limit not in LIMITS:
         raise InputError(f"--limit {limit}: choose {' or '.join(LIMITS)}")
     if order not in ORDERS:
-        raise InputError(f"--order {order}: choose {' or '.join(ORDERS)}")
+        raise InputError(f"--order {order}: choose {', '.join(ORDERS)}")
     if sure is not None and not 0 < sure <= 1:
         raise InputError(f"--shorten-when-sure {sure:g}: give a share of the user's limit in (0, 1]")
     return _render(users, until, generated_at, limit=limit, order=order,

@@ -41,12 +41,15 @@ def runtimes(trace: pd.DataFrame, window: Window) -> list[tuple[str, int]]:
     return out
 
 
-def export_clairvoyant(jobs: Iterable[tuple[str, int]], generated_at: int | None = None) -> str:
+def export_clairvoyant(jobs: Iterable[tuple[str, int]], generated_at: int | None = None,
+                       order: str = "central") -> str:
     """The chunk for `jobs` ((trace id, runtime s)); ids that are not plain names are left
-    out (the replay names its jobs `r<id>`)."""
+    out (the replay names its jobs `r<id>`). `order` as `model export --order` takes it."""
+    if order not in ("central", "area"):
+        raise ValueError(f"order {order!r}: central or area")
     rows = [f'[ "r{i}" ] = {int(s)},' for i, s in jobs if _NAME.fullmatch(i) and s >= 0]
     gen = int(generated_at if generated_at is not None else time.time())
-    return _CHUNK.format(gen=gen, n=len(rows), margin=MARGIN_S, default=DEFAULT_S,
+    return _CHUNK.format(gen=gen, n=len(rows), margin=MARGIN_S, default=DEFAULT_S, order=order,
                          rows="\n    ".join(rows))
 
 
@@ -61,7 +64,7 @@ local RUNTIME = {{
 }}
 local M = {{
     format = "slurm-hetero-predict", version = 1, generated_at = {gen},
-    correction = "double", limit = "central", sure = nil, order = "central", quantile = 0.5,
+    correction = "double", limit = "central", sure = nil, order = "{order}", quantile = 0.5,
 }}
 
 local function answer(rt, limit_s)

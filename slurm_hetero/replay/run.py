@@ -80,7 +80,8 @@ class Arm:
     predicted_limits: bool = True
     # What predicts: "model" (the trained one, limits at its upper quantile), "model-central"
     # (the same model, limits at its central prediction), "easy++" (the last-two average) or
-    # "clairvoyant" (each job's own runtime: a ceiling, replay/oracle.py).
+    # "clairvoyant" (each job's own runtime: a ceiling, replay/oracle.py; "clairvoyant-area"
+    # ordered by its CPU time), or another of MODEL_EXPORTS.
     predictor: str = "model"
     # Slurm's SchedulerParameters for the arm (a slurm.extra_lines entry of its site); "": the
     # site's own. bf_job_part_count_reserve=1: backfill keeps a reservation for the first
@@ -127,6 +128,10 @@ ARMS = {
                          margin_rounds=TIGHT_ROUNDS),
     "clairvoyant-tight": Arm("clairvoyant-tight", bridge=True, model=True, predictor="clairvoyant",
                              margin_rounds=TIGHT_ROUNDS),
+    # The central limits with the queue ordered by CPU time, p50 x the job's CPUs
+    # (`model export --order area`), and the ceiling ordered by its own CPU time.
+    "bridge-area": Arm("bridge-area", bridge=True, model=True, predictor="model-area"),
+    "clairvoyant-area": Arm("clairvoyant-area", bridge=True, model=True, predictor="clairvoyant-area"),
     # bridge-nomodel with floating placement (placement.float): compare it with bridge-nomodel
     "bridge-float": Arm("bridge-float", bridge=True, model=False, float_pools=True),
     # bridge-nomodel with placement.node_fit on, and off (free devices alone, as before fit;
@@ -508,11 +513,12 @@ def _history_before(trace: pd.DataFrame, window: Window, users: str) -> pd.DataF
 MODEL_EXPORTS: dict[str, tuple[str, float | None, str]] = {
     "model": ("upper", None, "central"), "model-central": ("central", None, "central"),
     "model-order90": ("central", None, "upper"), "model-cautious": ("central", 0.9, "upper"),
+    "model-area": ("central", None, "area"),
 }
 
 
 # Predictors that train no model: EASY++'s last-two average, and the replay's ceiling.
-UNTRAINED = ("easy++", "clairvoyant")
+UNTRAINED = ("easy++", "clairvoyant", "clairvoyant-area")
 
 
 def train_model(trace: pd.DataFrame, window: Window, out: Path, say: Say | None = None,
@@ -527,7 +533,7 @@ def train_model(trace: pd.DataFrame, window: Window, out: Path, say: Say | None 
 def predictor_files(trace: pd.DataFrame, window: Window, out: Path, predictors: Iterable[str],
                     say: Say | None = None, users: str = "root",
                     names: dict[str, str] | None = None) -> dict[str, Path]:
-    """Each predictor in `predictors` (MODEL_EXPORTS', "easy++" or "clairvoyant") as a chunk in
+    """Each predictor in `predictors` (MODEL_EXPORTS', or UNTRAINED's) as a chunk in
     `out`: the model trained once, on the jobs that ended before the window, exported once per
     kind."""
     from slurm_hetero.predict import export_lua
@@ -546,8 +552,9 @@ def predictor_files(trace: pd.DataFrame, window: Window, out: Path, predictors: 
         if kind == "easy++":
             files[kind] = _export(export_lua.export_easy(before, until=window.first), before, window, path)
             continue
-        if kind == "clairvoyant":
-            text = oracle.export_clairvoyant(oracle.runtimes(trace, window))
+        if kind.startswith("clairvoyant"):
+            text = oracle.export_clairvoyant(oracle.runtimes(trace, window),
+                                             order="area" if kind == "clairvoyant-area" else "central")
             files[kind] = _export(text, before, window, path)
             continue
         if model is None:

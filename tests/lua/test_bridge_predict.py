@@ -101,8 +101,34 @@ def test_order_upper_makes_sitefactor_of_the_upper_quantile_and_tells_the_daemon
     assert d["sf_s"] == d["pred"]["p90"] > d["pred"]["p50"]  # user003: hours apart
     assert sf == d["sf"] == policy.site_factor(d["pred"]["p90"], 0) < got["central"][0]
     assert limit == got["central"][1] == max(1, -(-d["pred"]["p50"] // 60)) < 600  # still the p50
-    with pytest.raises(InputError, match="--order middle"):
+    with pytest.raises(InputError, match="--order middle: choose central, upper, area"):
         export_model(tmp_path / "bad.lua", order="middle")
+
+
+def test_order_area_makes_sitefactor_of_the_p50_times_the_jobs_cpus(site: Site, tmp_path: Path) -> None:
+    """`model export --order area`: SiteFactor from the CPU time the job will hold (its p50
+    times its CPUs, however it asks for them), recorded as "sf_s" for the daemon; of two jobs
+    with one prediction the wider ranks lower. The limit is still the p50."""
+    policy = FactorPolicy()
+    chunk = export_model(tmp_path / "area.lua", limit="central", order="area").read_text()
+    js = JobSubmit(render_site(site, Profile(state_dir=str(tmp_path), model_lua=chunk))["job_submit.lua"])
+    js.state = tmp_path  # type: ignore[attr-defined]
+    fresh_snapshot(js, site)
+
+    def submit(**cpus: Any) -> tuple[int, dict[str, Any]]:
+        rc, desc = js.submit({"arch": "x86_64"}, user_name="user003", time_limit=600, **cpus)
+        assert rc == 0 and not any(level == "error" for level, *_ in js.logs), js.logs
+        d = parse_comment(desc["admin_comment"])
+        assert desc["site_factor"] == d["sf"] == policy.site_factor(d["sf_s"], 0)
+        assert desc["time_limit"] == max(1, -(-d["pred"]["p50"] // 60)) < 600  # still the p50
+        return d["sf_s"] // d["pred"]["p50"], d
+
+    one, d1 = submit(min_cpus=1)
+    assert one == 1 and d1["sf_s"] == d1["pred"]["p50"]  # one CPU: as `--order central`
+    assert submit(num_tasks=8, cpus_per_task=4)[0] == 32  # -n 8 -c 4, min_cpus not said
+    assert submit(min_nodes=2, ntasks_per_node=3)[0] == 6  # -N 2 --ntasks-per-node 3
+    wide, d64 = submit(min_cpus=64)
+    assert wide == 64 and d64["sf"] < d1["sf"], (d64, d1)
 
 
 def test_the_easy_reference_asks_for_tsafrirs_correction(site: Site, tmp_path: Path) -> None:
@@ -198,3 +224,11 @@ def test_the_replays_clairvoyant_chunk_plans_with_each_jobs_own_runtime(site: Si
     for unknown in ("r8", "bad name", "r7x"):
         limit, d = submit(unknown)
         assert limit == 600 and d["pred"]["p50"] == 36000 and "shortened" not in d, unknown
+    # clairvoyant-area: ordered by its runtime times its CPUs, its limit as before
+    area = oracle.export_clairvoyant([("7", 100)], order="area")
+    js = JobSubmit(render_site(site, Profile(state_dir=str(tmp_path), model_lua=area))["job_submit.lua"])
+    js.state = tmp_path  # type: ignore[attr-defined]
+    fresh_snapshot(js, site)
+    rc, desc = js.submit({"arch": "x86_64"}, user_name="root", name="r7", time_limit=600, min_cpus=8)
+    d = parse_comment(desc["admin_comment"])
+    assert rc == 0 and desc["time_limit"] == 3 and d["sf_s"] == 8 * (100 + oracle.MARGIN_S), d

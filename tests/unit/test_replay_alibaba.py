@@ -315,3 +315,14 @@ def test_the_tight_arms_differ_from_theirs_only_in_the_margin() -> None:
     for tight, base in (("central-tight", "bridge-central"), ("clairvoyant-tight", "clairvoyant")):
         assert ARMS[tight].margin_rounds == TIGHT_ROUNDS == 1.5
         assert dataclasses.replace(ARMS[tight], name=base, margin_rounds=None) == ARMS[base]
+
+
+def test_the_area_arm_differs_from_bridge_central_only_in_its_predictors_order() -> None:
+    import dataclasses
+
+    from slurm_hetero.replay.run import MODEL_EXPORTS
+
+    arm = ARMS["bridge-area"]
+    assert dataclasses.replace(arm, name="bridge-central", predictor="model-central") == ARMS["bridge-central"]
+    assert MODEL_EXPORTS[arm.predictor] == ("central", None, "area")
+    assert MODEL_EXPORTS["model-central"] == ("central", None, "central")

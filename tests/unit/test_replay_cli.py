@@ -81,7 +81,7 @@ def test_predictor_files_train_once_and_export_each_kind(tmp_path: Path, monkeyp
     monkeypatch.setattr(train_mod, "train", fast)
     trace = synthetic.workload(jobs=1500, users=12, seed=4)
     window = Window(int(trace["submit"].quantile(0.8)), 1.0, 0.5)
-    kinds = ["model", "model-central", "model-cautious", "model-order90", "easy++"]
+    kinds = ["model", "model-central", "model-cautious", "model-order90", "model-area", "easy++"]
     files = run.predictor_files(trace, window, tmp_path, kinds, names={"model": "predict.lua"})
     assert sorted(files) == sorted(kinds) and files["model"] == tmp_path / "predict.lua"
     assert calls == [int((trace["end"].between(0, window.first - 1)).sum())]  # once, on the past only
@@ -91,6 +91,7 @@ def test_predictor_files_train_once_and_export_each_kind(tmp_path: Path, monkeyp
     assert "sure = 0.9," in text["model-cautious"] and 'order = "upper",' in text["model-cautious"]
     assert "EASY++" in text["easy++"]
     assert 'order = "upper",' in text["model-order90"] and 'order = "central",' in text["model-central"]
+    assert 'order = "area",' in text["model-area"] and 'limit = "central",' in text["model-area"]
     assert all((tmp_path / f"{p.name}").exists() for p in files.values())
     with pytest.raises(ValueError, match="model-psychic"):
         run.predictor_files(trace, window, tmp_path, ["model-psychic"])

@@ -41,3 +41,21 @@ def test_the_clairvoyant_arm_gets_a_chunk_of_its_windows_jobs(tmp_path: Path) ->
     assert tuple(m.predict_desc_as(job, 0, None, 10)) == (600, 600)  # 600 + margin, capped at 10 min
     assert tuple(m.predict_desc_as(lua.table_from({"name": "r3"}), 0, None, 4294967294)) == (70, 70)
     assert tuple(m.predict_desc_as(lua.table_from({"name": "r6"}), 0, None, 4294967294)) == (3600, 3600)
+
+
+def test_the_clairvoyant_area_arm_is_the_ceiling_ordered_by_cpu_time(tmp_path: Path) -> None:
+    import dataclasses
+
+    import pytest
+
+    window = Window(1000, 1.0, 1000 / 3600)
+    files = run.predictor_files(_trace(), window, tmp_path, ["clairvoyant", "clairvoyant-area"])
+    text = {k: p.read_text() for k, p in files.items()}
+    assert 'order = "area",' in text["clairvoyant-area"] and 'order = "central",' in text["clairvoyant"]
+    # the same runtimes, the same chunk but its order (the first line is the export's time)
+    same = text["clairvoyant-area"].replace('order = "area",', 'order = "central",')
+    assert same.splitlines()[1:] == text["clairvoyant"].splitlines()[1:]
+    assert dataclasses.replace(run.ARMS["clairvoyant-area"], name="clairvoyant",
+                               predictor="clairvoyant") == run.ARMS["clairvoyant"]
+    with pytest.raises(ValueError, match="order 'upper'"):
+        oracle.export_clairvoyant([], order="upper")
