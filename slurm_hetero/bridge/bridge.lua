@@ -982,6 +982,9 @@ local function decide(job_desc, opts, now, partition, tres)
         record[#record + 1] = texts.piece
         record[#record + 1] = piece("why", why)
         record[#record + 1] = '"candidates":' .. itext(#cands)
+        -- `--mem=0` (a node's whole memory), which squeue shows as 0 like no memory at all:
+        -- the daemon's moves read it here (bridge/migrate.node_mem).
+        if mem == WHOLE_NODE then record[#record + 1] = '"mem":"node"' end
         -- Every pool that satisfies the request ("pool:n", best first): the daemon may move
         -- the pending job between them (pool keys are catalog ids and arch names: no quoting).
         local alts = {}

@@ -132,6 +132,14 @@ class _Target:
     order: int
     features: str
     partition: str
+    mem_mib: int  # what the job takes on one of its nodes (node_mem)
+
+
+def node_mem(job: QueuedJob, d: dict[str, Any], pool: Pool) -> int:
+    """The memory MiB `job` takes on one node of `pool`: all of it for a `--mem=0` job, which
+    squeue shows as 0 (as where memory is not counted) but the bridge recorded ("mem": "node",
+    in the admin comment users cannot write), else what squeue shows."""
+    return pool.mem_mib if d.get("mem") == "node" else job.mem_node_mib
 
 
 class Planner:
@@ -167,7 +175,7 @@ class Planner:
             r = self.requeue_for(job, left, now)
             if r is not None:
                 out.append(r[0])
-                take(left[r[0].to_pool], r[1], job.cpus_node, job.mem_node_mib)
+                take(left[r[0].to_pool], r[1], job.cpus_node, r[2])
         return out
 
     # ---- one job ---------------------------------------------------------------------
@@ -195,7 +203,8 @@ class Planner:
             pool, cap = self.pools.get(key), caps.get(key)
             if pool is None or cap is None or key == here.key:
                 continue
-            if not (room_for(cap, n, job.cpus_node, job.mem_node_mib) and cap.free - cap.pending >= n):
+            mem = node_mem(job, d, pool)
+            if not (room_for(cap, n, job.cpus_node, mem) and cap.free - cap.pending >= n):
                 continue
             model = self.site.catalog[pool.model]
             if model.gres_name != here_model.gres_name and (not self.policy.across_gres or "energy" in d):
@@ -208,7 +217,7 @@ class Planner:
             partitions = [p for p in job.partition.split(",") if p]
             partition = job.partition if any(p in pool.partitions for p in partitions) \
                 else ",".join(pool.partitions)
-            out.append(_Target(pool, n, n * model.units, order, features, partition))
+            out.append(_Target(pool, n, n * model.units, order, features, partition, mem))
         return sorted(out, key=lambda t: (t.cost, t.order))
 
     def _move(self, job: QueuedJob, d: dict[str, Any], here: Pool, t: _Target, now: float, why: str,
@@ -223,7 +232,7 @@ class Planner:
         return Move(job_id=job.job_id, from_pool=here.key, to_pool=t.pool.key, n=t.n,
                     tres_per_node=f"{prefix}{model.gres_name}:{t.n}", partition=t.partition,
                     features=t.features, comment=replace_comment(job.admin_comment, record),
-                    why=why, release=release, cpus=job.cpus_node, mem_mib=job.mem_node_mib)
+                    why=why, release=release, cpus=job.cpus_node, mem_mib=t.mem_mib)
 
     def move_for(self, job: QueuedJob, caps: dict[str, PoolCapacity], now: float) -> Move | None:
         if job.state != "PENDING":
@@ -247,7 +256,8 @@ class Planner:
         if since is None or now - float(since) < self.policy.pending_after_s:
             return None
         cur = caps.get(here.key)
-        if cur is not None and room_for(cur, n_here, job.cpus_node, job.mem_node_mib):
+        mem_here = node_mem(job, d, here)
+        if cur is not None and room_for(cur, n_here, job.cpus_node, mem_here):
             return None  # its own pool has a node with room: Slurm will start it there
         ts = self._targets(job, d, here, cands, caps)
         if not ts:
@@ -256,13 +266,13 @@ class Planner:
         free_here = cur.free_max_node if cur else 0
         # with node_fit, devices free beside busy cores (or taken memory) are no room either
         short = f"{free_here} of {n_here} free on one node" if free_here < n_here else \
-            f"{n_here} free on one node, but not with {job.cpus_node} CPUs and {job.mem_node_mib} MiB"
+            f"{n_here} free on one node, but not with {job.cpus_node} CPUs and {mem_here} MiB"
         return self._move(job, d, here, t, now,
                           f"moved: {here.key} cannot start it now ({short}), {t.pool.key} can "
                           f"({caps[t.pool.key].free_max_node} free)", release=False)
 
     def requeue_for(self, job: QueuedJob, caps: dict[str, PoolCapacity], now: float
-                    ) -> tuple[Requeue, int] | None:
+                    ) -> tuple[Requeue, int, int] | None:
         if job.state != "RUNNING" or not job.start_time:
             return None
         rec = self._record(job)
@@ -295,7 +305,7 @@ class Planner:
                 why = (f"{t.pool.key} has room: about {human_s(after)} left there instead of "
                        f"{human_s(left)} on {here.key}, restart included")
                 return Requeue(job.job_id, here.key, t.pool.key,
-                               replace_comment(job.admin_comment, record), why), t.n
+                               replace_comment(job.admin_comment, record), why), t.n, t.mem_mib
         return None
 
 

@@ -94,8 +94,9 @@ def node_need(j: dict[str, Any]) -> tuple[int, int]:
     (0, 0)
 
     Memory 0 counts as no need: squeue shows 0 for `--mem=0` (Slurm's whole node) and where
-    nothing was said with no DefMemPerCPU (24.11's capture), which the daemon cannot tell
-    apart. The bridge's Lua sees `--mem=0` itself (min_mem_per_node 0): the whole node.
+    nothing was said with no DefMemPerCPU (24.11's capture), which this cannot tell apart.
+    The bridge's Lua sees `--mem=0` itself (min_mem_per_node 0) and records it for the
+    daemon's moves ("mem": "node", bridge/migrate.node_mem).
     """
     per_node, nodes = _count(j.get("minimum_cpus_per_node")), _count(j.get("node_count")) or 1
     if per_node >= 0xFFFE:  # a 16-bit field: NO_VAL16 / INFINITE16 say "not set"

@@ -143,6 +143,11 @@ def test_with_node_fit_a_free_gpu_beside_busy_cpus_does_not_start_a_job_now(
                 assert first is not None, jid
                 rec = parse_comment(first.admin_comment)
                 assert (rec["pool"], rec["why"]) == ("a100-80gb@x86_64", "starts-now"), (argv, rec)
+                # squeue shows 0 for --mem=0: the record tells the daemon's moves the node's
+                if "--mem=0" in argv:
+                    assert (rec.get("mem"), first.mem_node_mib) == ("node", 0), (rec, first)
+                else:
+                    assert "mem" not in rec, rec
             wait_done(c.runner, ids, timeout=60)
         finally:
             c.runner.run(["scancel", str(blocker)], check=False)

@@ -162,8 +162,10 @@ def test_mem_0_needs_a_node_with_all_its_memory_free(js: JobSubmit, fit_site: Si
     text = snapshot(fit_site, js.now, {"a100-80gb@x86_64": (1, [(64, a100 - 1024)]),
                                        "h100@x86_64": (1, [(64, h100)])})
     got = decide(js, text, "nvidia:1", min_cpus=4, min_mem_per_node=0)
-    assert (got["pool"], got["why"]) == ("h100@x86_64", "starts-now")
-    assert decide(js, text, "nvidia:1", min_cpus=4)["pool"] == "a100-80gb@x86_64"  # nothing said
+    assert (got["pool"], got["why"], got["mem"]) == ("h100@x86_64", "starts-now", "node")  # for the daemon
+    said = decide(js, text, "nvidia:1", min_cpus=4)  # nothing said
+    assert said["pool"] == "a100-80gb@x86_64" and "mem" not in said
+    assert "mem" not in decide(js, text, "nvidia:1", min_cpus=4, min_mem_per_node=1024)
     # the A100 node idle: it starts there, and takes the node's memory from the next job
     text = snapshot(fit_site, js.now, {"a100-80gb@x86_64": (2, [(64, a100), (64, a100)]),
                                        "h100@x86_64": (1, [(64, h100)])})

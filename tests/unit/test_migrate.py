@@ -165,6 +165,32 @@ def test_with_node_fit_cpus_and_memory_count_too(site: Site) -> None:
     assert caps["h100@x86_64"].fit == [(20, 10**6)] * 8  # the caller's capacity is not changed
 
 
+def test_a_whole_node_memory_job_moves_only_to_a_node_with_none_allocated(site: Site) -> None:
+    """`--mem=0`: squeue shows memory 0, the bridge's record says "mem": "node". The job
+    moves only where a node has all its memory free, and takes that memory from the next
+    move; read as squeue shows it, it would go to a node with memory in use and wait there."""
+    mem = {p.key: p.mem_mib for p in pools(site)}
+    whole = replace(job({**NVIDIA2, "mem": "node"}), cpus_node=2, mem_node_mib=0)
+    caps = idle(site, v100=0)
+    caps["a100-80gb@x86_64"] = replace(caps["a100-80gb@x86_64"], fit=[(64, mem["a100-80gb@x86_64"] - 1024)] * 4)
+    caps["h100@x86_64"] = replace(caps["h100@x86_64"], fit=[(64, mem["h100@x86_64"])] * 8)
+    (m,) = Planner(site, ON).plan([whole], caps, NOW)
+    assert (m.to_pool, m.mem_mib) == ("h100@x86_64", mem["h100@x86_64"])
+    said_nothing = replace(job(NVIDIA2), cpus_node=2, mem_node_mib=0)
+    assert [m.to_pool for m in Planner(site, ON).plan([said_nothing], caps, NOW)] == ["a100-80gb@x86_64"]
+    # two such jobs, one idle H100 node: the second does not count on the memory the first took
+    second = replace(whole, job_id=9, submit_time=NOW - 500)
+    assert [(m.job_id, m.to_pool) for m in Planner(site, ON).plan([whole, second], caps, NOW)] == [
+        (7, "h100@x86_64")]
+    # its own pool's node with all its memory free: it stays; with 1 GiB taken there: it moves
+    v100 = mem["v100@x86_64"]
+    caps["v100@x86_64"] = replace(caps["v100@x86_64"], free=2, free_max_node=2, fit=[(16, v100)] * 2)
+    assert Planner(site, ON).plan([whole], caps, NOW) == []
+    caps["v100@x86_64"] = replace(caps["v100@x86_64"], fit=[(16, v100 - 1024)] * 2)
+    (m,) = Planner(site, ON).plan([whole], caps, NOW)
+    assert m.to_pool == "h100@x86_64" and f"with 2 CPUs and {v100} MiB" in m.why, m.why
+
+
 def test_a_move_leaves_a_lower_bound_whichever_node_it_takes(site: Site) -> None:
     """H100 node A: 2 free, 64 CPUs; node B: 4 free, 4 CPUs. A one-GPU 12-CPU job can only go
     to A; after it, no node has two GPUs and 12 CPUs free, so a second job asking that stays."""
