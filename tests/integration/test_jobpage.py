@@ -89,7 +89,10 @@ def test_gpu_job_page(cluster: Cluster, tmp_path: Path) -> None:
     lines = [ln.split("|") for ln in cluster.runner.out(["sacct", "-n", "-P", "-j", str(jid), "-o",
                                                          "JobID,TotalCPU,MaxRSS"]).splitlines()]
     total_cpu = next(cpu for job, cpu, _ in lines if job == str(jid))
-    rss_k = max(float(rss.rstrip("K")) for _, _, rss in lines if rss.endswith("K"))
+    # sacct prints a size in the largest unit that divides it exactly (CI once got "313M": 320,512 KiB):
+    # K, M, G, T are powers of 1024 KiB; a step with no sample prints nothing.
+    kib = {"K": 1, "M": 1024, "G": 1024 ** 2, "T": 1024 ** 3}
+    rss_k = max(float(rss[:-1]) * kib[rss[-1]] for _, _, rss in lines if rss[-1:] in kib)
 
     page = page_json(cluster, jid)
     g = page["groups"]
