@@ -172,7 +172,7 @@ def main() -> int:
             if isinstance(doc, list) or "arms" in doc:  # replay_alibaba.py: one window, its arms in a list
                 arms = doc if isinstance(doc, list) else doc["arms"]
                 res = {v["arm"]: ArmResult.from_json(v) for v in arms}
-                found = [(int(res["plain"].window.start), res)]
+                found = [(int(next(iter(res.values())).window.start), res)]  # one arm per run, too
             else:
                 found = [(int(w["start"]), {k: ArmResult.from_json(v) for k, v in w["arms"].items()})
                          for w in doc["windows"]]

@@ -628,6 +628,7 @@ local function set32(v) return v ~= nil and v > 0 and v < NO_VAL end
 -- gives all of a node's memory, so it starts only on a node with none allocated). Slurm
 -- refuses a job that no node of its partition can hold ("Requested node configuration is not
 -- available"; a held job waits forever), so pools whose nodes are smaller are no candidates.
+-- Third: the CPUs of one task, for `job_cpus`.
 local WHOLE_NODE = 0
 
 local function node_need(job_desc)
@@ -650,7 +651,7 @@ local function node_need(job_desc)
         local per_cpu = job_desc.min_mem_per_cpu
         mem = (per_cpu ~= nil and per_cpu > 0) and per_cpu * cpus or nil
     end
-    return cpus, mem
+    return cpus, mem, per_task
 end
 
 -- The candidates of one decision, in tables reused from job to job (slurmctld runs the
@@ -1179,8 +1180,7 @@ end
 -- The CPUs of the whole job (every node's), as far as it says: what `--order area` weighs
 -- its prediction by.
 local function job_cpus(job_desc)
-    local per_node = node_need(job_desc)
-    local per_task = set16(job_desc.cpus_per_task) and job_desc.cpus_per_task or 1
+    local per_node, _, per_task = node_need(job_desc)
     local cpus = set32(job_desc.num_tasks) and job_desc.num_tasks * per_task or per_task
     if set32(job_desc.min_cpus) then cpus = max(cpus, job_desc.min_cpus) end
     if set32(job_desc.min_nodes) then cpus = max(cpus, job_desc.min_nodes * per_node) end

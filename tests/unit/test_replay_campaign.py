@@ -94,6 +94,25 @@ def test_a_windows_arms_from_two_runs_are_joined_and_none_counts_twice(monkeypat
     assert not (tmp_path / "o").exists()
 
 
+def test_replay_alibaba_runs_of_one_arm_each_join_by_the_windows_start(monkeypatch: pytest.MonkeyPatch,
+                                                                        tmp_path: Path) -> None:
+    """Lanes run each (window, arm) as its own replay_alibaba.py run: a file without plain is
+    joined to its window by the arm's own start, not refused."""
+    doc = json.loads(WINDOW.read_text())
+    arms = doc["windows"][0]["arms"]
+    (tmp_path / "w0-bridge.json").write_text(json.dumps({"command": "b", "arms": [arms["bridge"]]}))
+    (tmp_path / "w0-plain.json").write_text(json.dumps({"command": "p", "arms": [arms["plain"]]}))
+    joined = merge(monkeypatch, tmp_path, tmp_path / "w0-bridge.json", tmp_path / "w0-plain.json")
+    whole = merge(monkeypatch, tmp_path, WINDOW)
+    assert joined["windows"] == 1 and joined["commands"] == ["b", "p"]
+    row, full = joined["per_window"][0], whole["per_window"][0]  # the window has easy++ too
+    assert row["start"] == full["start"] and sorted(row["arms"]) == ["bridge", "plain"]
+    for k in ("bridge", "plain"):  # figures of the arm alone (not those over the arms in common)
+        assert [row["arms"][k][f] for f in ("ave_bsld", "wait_mean")] == [full["arms"][k][f]
+                                                                         for f in ("ave_bsld", "wait_mean")]
+    assert joined["ratios"]["ave_bsld"]["bridge/plain"] == whole["ratios"]["ave_bsld"]["bridge/plain"]
+
+
 def test_an_arm_the_machine_paused_during_is_listed(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
                                                      capsys: pytest.CaptureFixture[str]) -> None:
     """A window whose arm ran across a pause of this machine (a VM snapshot: the faked clock
