@@ -196,6 +196,10 @@ SOCKET_PATH_MAX = 107  # sun_path holds 108 bytes with the terminating NUL
 STEP_ID_MAX = 4294967291  # the batch step's id in its socket name; job ids below MaxJobId (8 digits)
 
 
+# Commands (comm) of the processes a cluster runs, for `down`'s sweep of what its pidfiles missed.
+LEFTOVER_COMMANDS = ("slurm", "munged", "mariadbd")
+
+
 class ClusterMeta(TypedDict, total=False):
     """cluster.json: what `up` chose (ports, nodes) and what later commands need."""
 
@@ -984,9 +988,12 @@ class Cluster:
             procs.stop_session(pid)
             stopped.append(f"leftover {pid}")
         # A slurmstepd still finishing a job cancelled just before the stop may hold only our
-        # log files (not the spool): any slurmstepd with files of this cluster is ours.
+        # log files (not the spool), and a daemon its pidfile no longer names still has its cwd
+        # in our log folder (a slurmctld outlived a replay array task's `down` once, on CI):
+        # any Slurm, munge or MariaDB process with files of this cluster is ours.
         for pid in procs.processes_under(self.workdir):
-            if procs.command_name(pid).startswith("slurmstepd"):
+            if procs.command_name(pid).startswith(LEFTOVER_COMMANDS):
+                say(f"left running, stopped: {pid} {procs.cmdline(pid).strip()}")
                 procs.stop_session(pid)
                 stopped.append(f"leftover {pid}")
         say(f"stopped {len(stopped)} processes of {self.workdir}")

@@ -50,3 +50,30 @@ def test_a_stale_pidfile_naming_another_clusters_daemon_is_not_ours(tmp_path: Pa
     finally:
         p.kill()
         p.wait()
+
+
+def test_down_stops_a_slurm_daemon_no_pidfile_names_but_only_its_own_clusters(tmp_path: Path) -> None:
+    """A slurmctld outlived a replay array task's `down` once (on CI, parent pid 1, its folder
+    gone): `down` now also stops any Slurm, munge or MariaDB process whose cwd or files lie in
+    the cluster's folder, as slurmctld's cwd (its log folder) does, and nothing else."""
+    ours, theirs, bin_ = tmp_path / "ours", tmp_path / "theirs", tmp_path / "bin"
+    for d in (ours / "log", theirs / "log", bin_):
+        d.mkdir(parents=True)
+    (bin_ / "slurmctld").symlink_to("/bin/sleep")  # comm is the name exec'd: "slurmctld"
+    stray = subprocess.Popen([str(bin_ / "slurmctld"), "60"], cwd=ours / "log", start_new_session=True)
+    other = subprocess.Popen([str(bin_ / "slurmctld"), "60"], cwd=theirs / "log", start_new_session=True)
+    plain = subprocess.Popen(["/bin/sleep", "60"], cwd=ours / "log", start_new_session=True)
+    try:
+        assert procs.wait_until(lambda: all(procs.command_name(p.pid) == want and procs.is_under(p.pid, d)
+                                            for p, want, d in ((stray, "slurmctld", ours),
+                                                               (other, "slurmctld", theirs), (plain, "sleep", ours))),
+                                10.0, 0.05)
+        said: list[str] = []
+        stopped = Cluster(ours).down(log=said.append)
+        assert stray.wait(10) == -9 and f"leftover {stray.pid}" in stopped
+        assert any(f"left running, stopped: {stray.pid} " in s for s in said), said
+        assert other.poll() is None and plain.poll() is None  # another cluster's; not a Slurm process
+    finally:
+        for p in (stray, other, plain):
+            p.kill()
+            p.wait()
