@@ -8,7 +8,9 @@ Per window: each arm's AVEbsld, mean wait, measured jobs never started when the 
 looking, jobs killed before / at their limit, and the replay's own fidelity (release lag and
 runtime error, trace seconds); over windows: each arm ÷ plain and bridge ÷ easy++ (AVEbsld and
 mean wait), the mean of the per-window ratios with a 95% Student t-interval, and their
-geometric mean with its interval (pairs that never ran together are left out). `--merged` also
+geometric mean with its interval (pairs that never ran together are left out); and the accelerator
+jobs' mean wait pooled over every window's pods, with a 95% interval from resampling windows
+(`accel_wait_pooled`: a window weighs by its pods, not one vote each). `--merged` also
 writes the windows as one `replay merge` document, which `slurm-hetero report --replay FILE`
 turns into the report's "What-if replay" section (wait CDF per arm, per-window ratios).
 """
@@ -18,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import random
 import statistics
 import sys
 import tempfile
@@ -154,6 +157,38 @@ def ratios(rows: list[dict[str, Any]], key: str) -> dict[str, Any]:
     return out
 
 
+def _pooled_ratio(ws: list[tuple[int, float, int, float]]) -> float | None:
+    """(jobs a, mean a, jobs b, mean b) per window: a's mean over all its jobs ÷ b's."""
+    na, nb = sum(w[0] for w in ws), sum(w[2] for w in ws)
+    num, den = sum(w[0] * w[1] for w in ws), sum(w[2] * w[3] for w in ws)
+    return (num / na) / (den / nb) if na and nb and den else None
+
+
+def pooled(rows: list[dict[str, Any]], key: str = "accel_wait_mean", count: str = "accel_jobs",
+           draws: int = 10_000, seed: int = 0) -> dict[str, Any]:
+    """Per pair of arms: the ratio of their means over every measured job of every window (a
+    window weighs by its jobs, not one vote each: three pods that waited a minute in plain
+    cannot outweigh a window of sixteen), with a 95% percentile interval from resampling whole
+    windows, the arms kept paired. Beside the per-window ratios, not instead of them."""
+    out: dict[str, Any] = {}
+    for a, b in PAIRS:
+        per = [(r["arms"][a][count] or 0, r["arms"][a][key], r["arms"][b][count] or 0, r["arms"][b][key])
+               for r in rows if a in r["arms"] and b in r["arms"]
+               and r["arms"][a][key] is not None and r["arms"][b][key] is not None]
+        whole = _pooled_ratio(per)
+        if whole is None:
+            continue
+        ci = None
+        if len(per) > 1:
+            rng = random.Random(seed)  # the same interval on every merge of the same windows
+            drawn = (_pooled_ratio([rng.choice(per) for _ in per]) for _ in range(draws))
+            boot = sorted(x for x in drawn if x is not None)
+            ci = [boot[int(0.025 * (len(boot) - 1))], boot[int(0.975 * (len(boot) - 1))]]
+        out[f"{a}/{b}"] = {"ratio": whole, "ci95_bootstrap": ci, "windows": len(per),
+                           "jobs": sum(w[0] for w in per)}
+    return out
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("parts", nargs="+", type=Path)
@@ -193,6 +228,8 @@ def main() -> int:
     summary = {"log": a.log, "windows": len(rows), "commands": commands, "notes": a.note,
                "merge_command": " ".join(sys.argv),
                "ratios": {key: ratios(rows, key) for key in KEYS},
+               # accelerator jobs' mean wait over every window's measured pods at once
+               "accel_wait_pooled": pooled(rows),
                "killed_early": {k: sum(r["arms"][k]["killed_early"] or 0 for r in rows if k in r["arms"])
                                 for k in dict.fromkeys(k for r in rows for k in r["arms"])},
                # arms this machine paused during (rerun their windows): [window start, arm, s]
@@ -225,6 +262,11 @@ def main() -> int:
             geo = "-" if r["geomean"] is None else f"{r['geomean']:.2f}{gci}"
             print(f"{a.log} {key} {pair}: mean {r['mean']:.2f} {ci}, geometric {geo} "
                   f"over {r['windows']} window(s)")
+    for pair, r in summary["accel_wait_pooled"].items():
+        b = r["ci95_bootstrap"]
+        ci = f"[{b[0]:.2f}, {b[1]:.2f}]" if b else "(no interval)"
+        print(f"{a.log} accel_wait_mean {pair}, pooled over {r['jobs']} jobs: {r['ratio']:.2f} {ci} "
+              f"(windows resampled) over {r['windows']} window(s)")
     print(f"killed before their user's limit: {summary['killed_early']}")
     for start, arm, paused in summary["paused"]:
         print(f"window {start} arm {arm}: this machine paused {paused} s during it: rerun the window")

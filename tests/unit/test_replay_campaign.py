@@ -131,3 +131,21 @@ def test_an_arm_the_machine_paused_during_is_listed(monkeypatch: pytest.MonkeyPa
         capsys.readouterr().out
     old = merge(monkeypatch, tmp_path, WINDOW)
     assert old["paused"] == [] and old["per_window"][0]["arms"]["plain"]["paused_s"] is None
+
+
+def test_pooled_accelerator_wait_weighs_windows_by_their_pods() -> None:
+    """Three pods at 64 s in plain and 3,348 s with the bridge (ratio 52) beside sixteen at 1,334
+    and 1,077 s: the per-window mean says 26.6, the pooled ratio what the 19 pods waited."""
+    def row(n: int, bridge: float, plain: float) -> dict[str, Any]:
+        return {"arms": {"bridge-nomodel": {"accel_jobs": n, "accel_wait_mean": bridge},
+                         "plain": {"accel_jobs": n, "accel_wait_mean": plain}}}
+    rows = [row(3, 3348.0, 64.0), row(16, 1077.0, 1334.0)]
+    got = campaign().pooled(rows)["bridge-nomodel/plain"]
+    assert got["ratio"] == pytest.approx((3 * 3348 + 16 * 1077) / (3 * 64 + 16 * 1334))
+    assert got["jobs"] == 19 and got["windows"] == 2
+    lo, hi = got["ci95_bootstrap"]
+    # resampling two windows: each alone, or both: the interval spans window 2 alone to window 1 alone
+    assert lo == pytest.approx(1077 / 1334) and hi == pytest.approx(3348 / 64)
+    assert campaign().pooled(rows) == campaign().pooled(rows)  # seeded: the same on every merge
+    assert campaign().pooled([row(3, 10.0, 0.0)]) == {}  # no wait in plain: no ratio
+    assert campaign().pooled([row(3, 10.0, 5.0)])["bridge-nomodel/plain"]["ci95_bootstrap"] is None
