@@ -507,7 +507,9 @@ class Injector:
         t = time.monotonic()
         self.c.restart_slurmctld(timeout=60)
         ev["down_real_s"] = round(time.monotonic() - t, 1)
-        ev["pid_after"] = self._pid("slurmctld")
+        # It answers pings a moment before its pidfile names it (CI once read the old pid
+        # there, gone, and called the restart not shown): wait for the new pid, as for slurmd.
+        ev["pid_after"] = self._new_pid("slurmctld", ev["pid_before"], timeout=30)
         ev["on_clock"] = self._on_clock(ev["pid_after"])
         return None
 
@@ -517,7 +519,7 @@ class Injector:
 
         def undo() -> None:
             self.c.start_slurmctld(timeout=60)
-            ev["pid_after"] = self._pid("slurmctld")
+            ev["pid_after"] = self._new_pid("slurmctld", pid, timeout=30)  # as for a restart
             ev["on_clock"] = self._on_clock(ev["pid_after"])
 
         return undo
